@@ -1,0 +1,28 @@
+# The README's commands. Each installs first (tools/install.sh is idempotent: seconds once done).
+PY := .venv/bin/python
+DEMO_CONFIG := configs/demo/segformer_afno_demo.py
+DEMO_DIR := work_dirs/demo
+
+.PHONY: install demo test test-fast clean-demo
+
+install:
+	bash tools/install.sh
+
+# Generate the demo street scenes (if missing), train on CPU, evaluate, save overlays.
+demo: install
+	$(PY) tools/dataset/make_demo_data.py data/demo_cityscapes
+	$(PY) tools/train.py $(DEMO_CONFIG) --work-dir $(DEMO_DIR)
+	$(PY) tools/test.py $(DEMO_CONFIG) "$$(cat $(DEMO_DIR)/last_checkpoint)" \
+		--work-dir $(DEMO_DIR) --show-dir vis
+	@echo "demo: checkpoint, logs, per-class IoU and overlays (vis/) are under $(DEMO_DIR)/"
+
+# The whole suite, slow end-to-end runs included (what CI runs).
+test: install
+	$(PY) -m pytest -q
+
+# Without the slow end-to-end runs.
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+clean-demo:
+	rm -rf $(DEMO_DIR) data/demo_cityscapes

@@ -1,0 +1,117 @@
+"""Checks run by the tools before a Runner is built, so bad input fails at once and clearly.
+
+- :func:`check_data_roots`: every dataset a loop will read has its ``data_root`` and image folder;
+  otherwise say which config key points where, what layout is expected and how to get the data or
+  run the demo instead.
+- :func:`check_model_types`: every ``type=`` in ``cfg.model`` is registered; otherwise name the key
+  path and the closest registered names.
+"""
+import difflib
+import os.path as osp
+
+from mmengine.config import Config
+
+from .errors import UserError
+
+__all__ = ['check_data_roots', 'check_model_types', 'DataRootError', 'UnknownTypeError']
+
+CITYSCAPES_HELP = """\
+Expected the mmseg Cityscapes layout:
+  {root}/leftImg8bit/{{train,val}}/<city>/*_leftImg8bit.png
+  {root}/gtFine/{{train,val}}/<city>/*_gtFine_labelTrainIds.png
+Get the data: register at https://www.cityscapes-dataset.com, download leftImg8bit_trainvaltest.zip
+and gtFine_trainvaltest.zip, unzip both into {root}, then make the train-id labels with
+  python tools/dataset/cityscapes.py {root}
+or point the config elsewhere: --cfg-options train_dataloader.dataset.data_root=/path/to/cityscapes
+(and the same for val_dataloader/test_dataloader).
+No Cityscapes? `make demo` trains and evaluates on generated street scenes instead."""
+
+
+class DataRootError(UserError, FileNotFoundError):
+    """A dataset folder named by the config does not exist."""
+
+
+class UnknownTypeError(UserError, KeyError):
+    """A ``type=`` in the model config that no registry knows."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def _datasets(dataset_cfg):
+    """Yield the leaf dataset configs of possibly wrapped ones (Repeat/Concat/ClassBalanced)."""
+    if dataset_cfg is None:
+        return
+    if 'datasets' in dataset_cfg:
+        for sub in dataset_cfg['datasets']:
+            yield from _datasets(sub)
+    elif 'dataset' in dataset_cfg:
+        yield from _datasets(dataset_cfg['dataset'])
+    else:
+        yield dataset_cfg
+
+
+def check_data_roots(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
+                                            'test_dataloader')) -> None:
+    """Raise :class:`DataRootError` if a dataset folder of the given loaders is missing."""
+    source = cfg.filename or 'the config'
+    for loader in loaders:
+        loader_cfg = cfg.get(loader)
+        if not loader_cfg:
+            continue
+        for dataset in _datasets(loader_cfg.get('dataset')):
+            root = dataset.get('data_root', '') or ''
+            prefix = (dataset.get('data_prefix') or {}).get('img_path', '')
+            folder = osp.join(root, prefix)
+            if osp.isdir(folder):
+                continue
+            what = 'data_root' if not osp.isdir(root or '.') else 'data_prefix.img_path'
+            message = (f'{source}: {loader}.dataset.{what} points to {folder!r}, which does not '
+                       f'exist (working directory: {osp.abspath(".")}).')
+            if 'Cityscapes' in str(dataset.get('type', '')):
+                message += '\n' + CITYSCAPES_HELP.format(root=root.rstrip('/') or 'data/cityscapes')
+            raise DataRootError(message)
+
+
+def _registered(registry, name: str) -> bool:
+    try:
+        return registry.get(name) is not None
+    except Exception:  # a name that imports a missing module
+        return False
+
+
+def _all_names(registry) -> list[str]:
+    names, node = set(), registry
+    while node is not None:
+        names.update(node.module_dict)
+        node = node.parent
+    for child in registry.children.values():
+        names.update(child.module_dict)
+    return sorted(names)
+
+
+def check_model_types(cfg: Config, registry=None) -> None:
+    """Raise :class:`UnknownTypeError` for an unregistered ``type`` in ``cfg.model``."""
+    if registry is None:
+        from mmseg.registry import MODELS as registry
+    source = cfg.filename or 'the config'
+
+    def visit(node, path):
+        if isinstance(node, dict):
+            name = node.get('type')
+            if isinstance(name, str) and not _registered(registry, name):
+                close = difflib.get_close_matches(name, _all_names(registry), n=5, cutoff=0.5)
+                hint = f' Did you mean: {", ".join(close)}?' if close else ''
+                raise UnknownTypeError(
+                    f'{source}: {path}.type={name!r} is not a registered model component.{hint} '
+                    "Check the spelling, and that the config has custom_imports = "
+                    "dict(imports=['afno_seg'], allow_failed_imports=False) for afno_seg's modules.")
+            for key, value in node.items():
+                if key != 'init_cfg':  # initialisers live in another registry
+                    visit(value, f'{path}.{key}')
+        elif isinstance(node, (list, tuple)):
+            for index, value in enumerate(node):
+                visit(value, f'{path}[{index}]')
+
+    if 'model' in cfg:
+        visit(cfg.model, 'model')

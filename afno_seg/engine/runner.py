@@ -1,0 +1,55 @@
+"""What tools/train.py and tools/test.py share: config loading, preflight, device adaptation."""
+import os.path as osp
+import sys
+from collections.abc import Callable, Sequence
+
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+from .device import adapt_config_to_device
+from .distributed import init_cpu_process_group
+from .errors import UserError
+from .preflight import check_data_roots, check_model_types
+
+__all__ = ['build_runner', 'load_config', 'run_tool']
+
+
+def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = None,
+                work_dir: str | None = None) -> Config:
+    """``Config.fromfile`` plus mmseg's tool conventions (``--cfg-options``, default work_dir)."""
+    if not osp.isfile(config):
+        raise UserError(f'config file not found: {config}')
+    cfg = Config.fromfile(config)
+    cfg.launcher = launcher
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config))[0])
+    return cfg
+
+
+def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
+    """Check data and model types, adapt to the device, join a CPU process group, build."""
+    distributed = cfg.launcher != 'none'
+    check_data_roots(cfg, loaders)
+    check_model_types(cfg)
+    adapt_config_to_device(cfg, distributed=distributed)
+    if distributed and cfg.launcher == 'pytorch' and not torch.cuda.is_available():
+        init_cpu_process_group()
+    if 'runner_type' in cfg:
+        from mmengine.registry import RUNNERS
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def run_tool(main: Callable[[], None]) -> int:
+    """Run a tool's main; a :class:`UserError` prints its message alone and exits 1."""
+    try:
+        main()
+    except UserError as error:
+        print(f'error: {error}', file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,46 @@
+"""The token-mixer contract shared by every mixer in :mod:`afno_seg.mixers`.
+
+A mixer maps tokens ``x`` of shape ``(B, N, C)``, laid out in row-major order of an ``H x W`` grid
+(``N == H * W``), to a tensor of the same shape. The encoder layer around it owns the pre-norm,
+the residual and drop-path; a mixer only keeps an internal residual where its paper does (AFNO).
+
+Cost convention (all mixers, see ``docs/flops.md``): :meth:`TokenMixer.flops` returns real
+floating-point operations for ONE image, forward pass, as a dict of named terms. One real
+multiply-add is 2 FLOPs; a complex multiply-add is 4 real multiply-adds (8 FLOPs). An FFT of N
+complex points costs ``5 N log2 N``; a real-input (rfft) or real-output (irfft) transform costs half,
+``2.5 N log2 N`` (the radix-2 counts used by FFTW's benchmarks). Element-wise work (activations,
+soft-shrink, softmax, biases, norms) is not counted, as in fvcore/mmengine's FLOP counters.
+"""
+from mmengine.model import BaseModule
+from torch import Tensor
+
+__all__ = ['TokenMixer']
+
+
+class TokenMixer(BaseModule):
+    """Base class: ``forward(x (B, N, C), hw_shape) -> (B, N, C)`` and ``flops(hw_shape)``.
+
+    Args:
+        embed_dims (int): Channels C of the tokens.
+        init_cfg (dict, optional): mmengine initialisation config. Default: None.
+    """
+
+    def __init__(self, embed_dims: int, init_cfg: dict | None = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        self.embed_dims = embed_dims
+
+    def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        raise NotImplementedError
+
+    def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
+        """Analytic real FLOPs of one forward pass on one image, by named term."""
+        raise NotImplementedError
+
+    @staticmethod
+    def check_tokens(x: Tensor, hw_shape: tuple[int, int]) -> tuple[int, int]:
+        """Validate ``x`` against ``hw_shape`` and return ``(H, W)``."""
+        height, width = hw_shape
+        if x.dim() != 3 or x.shape[1] != height * width:
+            raise ValueError(f'expected tokens of shape (B, {height}*{width}, C) for grid '
+                             f'{tuple(hw_shape)}, got {tuple(x.shape)}')
+        return height, width

@@ -1,0 +1,136 @@
+"""Engine extensions: checkpoint loading on torch >= 2.6, CPU adaptation, preflight, label checks."""
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+from mmengine.logging import HistoryBuffer
+from mmengine.runner.checkpoint import _load_checkpoint
+
+import afno_seg  # noqa: F401
+from afno_seg.datasets import BadSampleError, ValidateSegMap
+from afno_seg.engine import (CheckpointError, CPUAutocastOptimWrapper, DataRootError,
+                             DeviceAwareDistributedDataParallel, UnknownTypeError,
+                             adapt_config_to_device, check_data_roots, check_model_types)
+
+DEMO_CONFIG = os.path.join(os.path.dirname(__file__), '..', 'configs', 'demo',
+                           'segformer_afno_demo.py')
+
+
+def mmengine_like_checkpoint(path):
+    """What mmengine's CheckpointHook stores besides tensors: a HistoryBuffer, numpy scalars."""
+    state = {'meta': {'iter': 4, 'seed': np.int64(0)},
+             'state_dict': {'w': torch.arange(3.)},
+             'message_hub': {'log_scalars': {'train/loss': HistoryBuffer([1.0, 0.5], [1, 1])}}}
+    torch.save(state, path)
+
+
+def test_checkpoint_with_mmengine_objects_loads(tmp_path):
+    path = str(tmp_path / 'iter_4.pth')
+    mmengine_like_checkpoint(path)
+    # The failure this loader exists for: torch >= 2.6's default refuses mmengine's objects.
+    with pytest.raises(Exception):
+        torch.load(path, weights_only=True)
+    checkpoint = _load_checkpoint(path, map_location='cpu')
+    assert torch.equal(checkpoint['state_dict']['w'], torch.arange(3.))
+    assert checkpoint['message_hub']['log_scalars']['train/loss'].current() == 0.5
+
+
+@pytest.mark.parametrize('damage', ['truncate', 'text', 'missing'])
+def test_bad_checkpoint_error_names_file(tmp_path, damage):
+    path = tmp_path / 'iter_4.pth'
+    mmengine_like_checkpoint(str(path))
+    if damage == 'truncate':
+        path.write_bytes(path.read_bytes()[:200])
+    elif damage == 'text':
+        path.write_text('not a checkpoint\n')
+    else:
+        path.unlink()
+    with pytest.raises(CheckpointError, match='iter_4.pth'):
+        _load_checkpoint(str(path), map_location='cpu')
+
+
+def gpu_style_config():
+    return Config(dict(
+        optim_wrapper=dict(type='AmpOptimWrapper', loss_scale='dynamic',
+                           optimizer=dict(type='AdamW', lr=1e-3)),
+        model=dict(type='EncoderDecoder', decode_head=dict(norm_cfg=dict(type='SyncBN')),
+                   auxiliary_head=[dict(norm_cfg=dict(type='SyncBN'))]),
+        env_cfg=dict(dist_cfg=dict(backend='nccl'))))
+
+
+def test_adapt_config_without_cuda():
+    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda_available=False)
+    assert cfg.optim_wrapper.type == 'CPUAutocastOptimWrapper'
+    assert 'loss_scale' not in cfg.optim_wrapper
+    assert cfg.model.decode_head.norm_cfg.type == 'BN'
+    assert cfg.model.auxiliary_head[0].norm_cfg.type == 'BN'
+    assert cfg.env_cfg.dist_cfg.backend == 'gloo'
+    assert cfg.model_wrapper_cfg.type == 'DeviceAwareDistributedDataParallel'
+
+
+def test_adapt_config_with_cuda_changes_nothing():
+    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda_available=True)
+    assert cfg.to_dict() == gpu_style_config().to_dict()
+
+
+def test_cpu_autocast_optim_wrapper_trains_in_bfloat16():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    wrapper = CPUAutocastOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.05))
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    losses = []
+    for _ in range(30):
+        with wrapper.optim_context(model):
+            out = model(x)
+        assert out.dtype == torch.bfloat16
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        wrapper.update_params(loss)
+        losses.append(loss.item())
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_ddp_wraps_cpu_module(tmp_path):
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0, world_size=1)
+    try:
+        model = DeviceAwareDistributedDataParallel(torch.nn.Linear(4, 2), device_ids=[0])
+        model(torch.randn(3, 4)).sum().backward()
+        assert model.module.weight.grad is not None
+    finally:
+        dist.destroy_process_group()
+
+
+def test_missing_data_root_says_what_to_do(tmp_path):
+    cfg = Config.fromfile(DEMO_CONFIG)
+    cfg.train_dataloader.dataset.data_root = str(tmp_path / 'nowhere')
+    with pytest.raises(DataRootError) as info:
+        check_data_roots(cfg, ['train_dataloader'])
+    message = str(info.value)
+    for expected in ('train_dataloader.dataset.data_root', 'nowhere', 'leftImg8bit',
+                     'labelTrainIds', 'tools/dataset/cityscapes.py', 'make demo'):
+        assert expected in message
+
+
+def test_unknown_model_type_names_key_and_suggests():
+    cfg = Config.fromfile(DEMO_CONFIG)
+    cfg.model.backbone.mixers = dict(type='AFNOMixr')
+    with pytest.raises(UnknownTypeError) as info:
+        check_model_types(cfg)
+    assert 'model.backbone.mixers.type' in str(info.value)
+    assert 'AFNOMixer' in str(info.value)
+    check_model_types(Config.fromfile(DEMO_CONFIG))  # the real config passes
+
+
+def test_validate_seg_map():
+    check = ValidateSegMap(num_classes=19)
+    ok = {'gt_seg_map': np.array([[0, 18], [255, 3]], np.uint8), 'ori_shape': (2, 2),
+          'seg_map_path': 'a_gtFine_labelTrainIds.png'}
+    assert check(dict(ok)) is not None
+    with pytest.raises(BadSampleError, match=r'a_gtFine_labelIds.png.*\[26, 33\]'):
+        check({**ok, 'gt_seg_map': np.array([[0, 33], [26, 255]], np.uint8),
+               'seg_map_path': 'a_gtFine_labelIds.png'})
+    with pytest.raises(BadSampleError, match='must match'):
+        check({**ok, 'ori_shape': (4, 2)})

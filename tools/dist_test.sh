@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Multi-GPU / multi-node evaluation with torchrun (mmseg's dist_test.sh interface).
+#   bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py args]
+# Without CUDA the same command runs GPUS processes on the CPU with the gloo backend.
+set -euo pipefail
+CONFIG=$1
+CHECKPOINT=$2
+GPUS=$3
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+PORT=${PORT:-29500}
+MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
+here=$(cd "$(dirname "$0")" && pwd)
+PYTHON=${PYTHON:-$( [ -x "$here/../.venv/bin/python" ] && echo "$here/../.venv/bin/python" || echo python )}
+
+PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" \
+"$PYTHON" -m torch.distributed.run \
+    --nnodes="$NNODES" \
+    --node_rank="$NODE_RANK" \
+    --master_addr="$MASTER_ADDR" \
+    --nproc_per_node="$GPUS" \
+    --master_port="$PORT" \
+    "$here/test.py" \
+    "$CONFIG" \
+    "$CHECKPOINT" \
+    --launcher pytorch "${@:4}"

@@ -1,0 +1,85 @@
+"""Evaluate a checkpoint on a config's test set, with mmseg's tools/test.py flags.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR] [--show] [--show-dir DIR]
+                         [--tta] [--format-only DIR] [--cfg-options k=v ...]
+    bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
+
+Prints per-class IoU/Acc and mIoU (IoUMetric). ``--show-dir`` saves prediction overlays,
+``--out`` keeps the raw prediction PNGs, ``--format-only DIR`` writes the Cityscapes test-server
+format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing metrics.
+"""
+import argparse
+import os
+import sys
+
+from mmengine.config import DictAction
+
+import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
+from afno_seg.engine import UserError, build_runner, load_config, run_tool
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='MMSeg test (and eval) a model')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='the directory where the metrics are dumped as json')
+    parser.add_argument('--out', type=str,
+                        help='the directory to save output predictions for offline evaluation')
+    parser.add_argument('--show', action='store_true', help='show prediction results')
+    parser.add_argument('--show-dir', help='directory where painted images will be saved '
+                        '(inside work_dir/<timestamp>/ unless absolute)')
+    parser.add_argument('--wait-time', type=float, default=2, help='the interval of show (s)')
+    parser.add_argument('--format-only', metavar='DIR',
+                        help='write Cityscapes test-server PNGs (labelIds) to DIR, no metrics')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override some settings in the used config, the key-value pair in xxx=yyy format '
+        'will be merged into config file')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
+                        help='job launcher')
+    parser.add_argument('--tta', action='store_true', help='test time augmentation')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def trigger_visualization_hook(cfg, args) -> None:
+    hooks = cfg.default_hooks
+    if 'visualization' not in hooks:
+        raise UserError(f'--show/--show-dir need default_hooks.visualization in {args.config}, '
+                        "e.g. visualization=dict(type='SegVisualizationHook')")
+    hooks.visualization.draw = True
+    if args.show:
+        hooks.visualization.show = True
+        hooks.visualization.wait_time = args.wait_time
+    if args.show_dir:
+        cfg.visualizer.save_dir = args.show_dir
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if not os.path.isfile(args.checkpoint):
+        raise UserError(f'checkpoint file not found: {args.checkpoint}')
+    cfg = load_config(args.config, args.launcher, args.cfg_options, args.work_dir)
+    cfg.load_from = args.checkpoint
+    if args.show or args.show_dir:
+        trigger_visualization_hook(cfg, args)
+    if args.tta:
+        if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+            raise UserError(f'--tta needs tta_model and tta_pipeline in {args.config}')
+        cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+        cfg.tta_model.module = cfg.model
+        cfg.model = cfg.tta_model
+    if args.out is not None:
+        cfg.test_evaluator['output_dir'] = args.out
+        cfg.test_evaluator['keep_results'] = True
+    if args.format_only is not None:
+        cfg.test_evaluator = dict(type='CityscapesMetric', format_only=True,
+                                  output_dir=args.format_only, keep_results=True)
+    build_runner(cfg, ['test_dataloader']).test()
+
+
+if __name__ == '__main__':
+    sys.exit(run_tool(main))

@@ -1,0 +1,63 @@
+"""Train a segmentor (or classifier) from an OpenMMLab config, with mmseg's tools/train.py flags.
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp] [--cfg-options k=v ...]
+    bash tools/dist_train.sh CONFIG GPUS [args]          # torchrun, --launcher pytorch
+
+Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (bfloat16 autocast, BN for
+SyncBN, gloo for distributed runs), and a missing dataset, an unknown model type or a bad
+checkpoint stop at once with a message saying what to do.
+"""
+import argparse
+import logging
+import os
+import sys
+
+from mmengine.config import DictAction
+from mmengine.logging import print_log
+
+import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
+from afno_seg.engine import UserError, build_runner, load_config, run_tool
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a segmentor')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument('--resume', action='store_true', default=False,
+                        help='resume from the latest checkpoint in the work_dir automatically')
+    parser.add_argument('--amp', action='store_true', default=False,
+                        help='enable automatic-mixed-precision training (bfloat16 on a CPU)')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override some settings in the used config, the key-value pair in xxx=yyy format '
+        'will be merged into config file, e.g. train_dataloader.batch_size=2')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
+                        help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.launcher, args.cfg_options, args.work_dir)
+    if args.amp:
+        optim_wrapper = cfg.optim_wrapper.type
+        if optim_wrapper == 'AmpOptimWrapper':
+            print_log('AMP training is already enabled in your config.', logger='current',
+                      level=logging.WARNING)
+        elif optim_wrapper == 'OptimWrapper':
+            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+            cfg.optim_wrapper.loss_scale = 'dynamic'
+        else:
+            raise UserError(f'--amp needs optim_wrapper.type OptimWrapper, but {args.config} '
+                            f'has {optim_wrapper}.')
+    cfg.resume = args.resume
+    loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
+    build_runner(cfg, loaders).train()
+
+
+if __name__ == '__main__':
+    sys.exit(run_tool(main))
