@@ -14,7 +14,7 @@ demo: install
 	$(PY) tools/train.py $(DEMO_CONFIG) --work-dir $(DEMO_DIR)
 	$(PY) tools/test.py $(DEMO_CONFIG) "$$(cat $(DEMO_DIR)/last_checkpoint)" \
 		--work-dir $(DEMO_DIR) --show-dir vis
-	@echo "demo: checkpoint, logs, per-class IoU and overlays (vis/) are under $(DEMO_DIR)/"
+	@echo "demo: checkpoint, logs, per-class IoU and overlays (vis/vis_data/vis_image/) are under $(DEMO_DIR)/"
 
 # The whole suite, slow end-to-end runs included (what CI runs).
 test: install

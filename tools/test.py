@@ -26,8 +26,9 @@ def parse_args(argv=None):
     parser.add_argument('--out', type=str,
                         help='the directory to save output predictions for offline evaluation')
     parser.add_argument('--show', action='store_true', help='show prediction results')
-    parser.add_argument('--show-dir', help='directory where painted images will be saved '
-                        '(inside work_dir/<timestamp>/ unless absolute)')
+    parser.add_argument('--show-dir', help='directory where painted images of every test image '
+                        'are saved (relative to the work_dir unless absolute), in '
+                        'SHOW_DIR/vis_data/vis_image/')
     parser.add_argument('--wait-time', type=float, default=2, help='the interval of show (s)')
     parser.add_argument('--format-only', metavar='DIR',
                         help='write Cityscapes test-server PNGs (labelIds) to DIR, no metrics')
@@ -51,11 +52,12 @@ def trigger_visualization_hook(cfg, args) -> None:
         raise UserError(f'--show/--show-dir need default_hooks.visualization in {args.config}, '
                         "e.g. visualization=dict(type='SegVisualizationHook')")
     hooks.visualization.draw = True
+    hooks.visualization.interval = 1  # every image, not mmseg's default of every 50th
     if args.show:
         hooks.visualization.show = True
         hooks.visualization.wait_time = args.wait_time
     if args.show_dir:
-        cfg.visualizer.save_dir = args.show_dir
+        cfg.visualizer.save_dir = os.path.join(cfg.work_dir, args.show_dir)
 
 
 def main(argv=None) -> None:
