@@ -1,0 +1,179 @@
+"""One contract suite over every token mixer that ``afno_seg.mixers`` exports.
+
+Mixers are discovered from the package namespace (every exported ``TokenMixer`` subclass), so a
+new mixer is covered as soon as it is exported. Each gets small constructor kwargs: ``CASES``
+below lists extra variants and kwargs; anything else is built from its signature with
+``embed_dims=16`` (and ``num_heads=2`` where the signature asks for heads).
+"""
+import inspect
+import numbers
+
+import pytest
+import torch
+
+import afno_seg.mixers as mixers
+from afno_seg.mixers import TokenMixer
+from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
+
+EMBED_DIMS = 16
+GRIDS = [(8, 8), (12, 20), (7, 9)]  # square, non-square, odd
+SPECTRAL_MODULES = {f'afno_seg.mixers.{name}' for name in ('afno', 'gfn', 'fnet', 'fno')}
+
+# Variants worth running the whole contract on, by class name: id suffix -> extra kwargs.
+CASES = {
+    'AFNOMixer': {'': dict(num_blocks=4),
+                  'truncated-magnitude': dict(num_blocks=4, hard_thresholding_fraction=0.5,
+                                              shrink='magnitude', hidden_size_factor=2)},
+    'GlobalFilterMixer': {'': dict(base_hw_shape=(8, 8))},
+    'FNetMixer': {'fft': dict(dft_matmul=False),
+                  'matmul-hartley': dict(dft_matmul=True, transform='hartley')},
+    'FNOMixer': {'': dict(modes=(3, 4))},
+    'EfficientSelfAttentionMixer': {'': dict(num_heads=2, sr_ratio=2)},
+}
+
+
+def discover_mixers() -> list[type]:
+    found = {obj for obj in vars(mixers).values()
+             if inspect.isclass(obj) and issubclass(obj, TokenMixer) and obj is not TokenMixer}
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+def default_kwargs(cls: type) -> dict:
+    kwargs = {}
+    if 'num_heads' in inspect.signature(cls).parameters:
+        kwargs['num_heads'] = 2
+    return kwargs
+
+
+def mixer_cases():
+    cases = []
+    for cls in discover_mixers():
+        for suffix, extra in CASES.get(cls.__name__, {'': {}}).items():
+            kwargs = {'embed_dims': EMBED_DIMS, **default_kwargs(cls), **extra}
+            case_id = cls.__name__ + (f'-{suffix}' if suffix else '')
+            cases.append(pytest.param(cls, kwargs, id=case_id))
+    return cases
+
+
+CASES_ALL = mixer_cases()
+
+
+def build(cls, kwargs, seed=0):
+    torch.manual_seed(seed)
+    return cls(**kwargs).eval()
+
+
+def tokens(batch, hw, seed=0, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, hw[0] * hw[1], EMBED_DIMS, generator=generator).to(dtype)
+
+
+def test_discovery_finds_the_spectral_mixers():
+    names = {cls.__name__ for cls in discover_mixers()}
+    assert {'AFNOMixer', 'GlobalFilterMixer', 'FNetMixer', 'FNOMixer'} <= names
+
+
+@pytest.mark.parametrize('cls, kwargs', CASES_ALL)
+@pytest.mark.parametrize('hw', GRIDS, ids=lambda hw: f'{hw[0]}x{hw[1]}')
+def test_shapes_and_gradients(cls, kwargs, hw):
+    mixer = build(cls, kwargs).train()
+    x = tokens(2, hw).requires_grad_()
+    out = mixer(x, hw)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert torch.isfinite(out).all()
+    # A random projection, so that no gradient vanishes by symmetry (a plain sum would).
+    (out * torch.randn_like(out)).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    for name, param in mixer.named_parameters():
+        assert param.grad is not None, f'{name} got no gradient'
+        assert torch.isfinite(param.grad).all(), f'{name} has a non-finite gradient'
+
+
+@pytest.mark.parametrize('cls, kwargs', CASES_ALL)
+def test_batch_independence(cls, kwargs):
+    hw = (7, 9)
+    mixer = build(cls, kwargs)
+    x = tokens(3, hw)
+    with torch.no_grad():
+        batched = mixer(x, hw)
+        perturbed = x.clone()
+        perturbed[1:] = tokens(2, hw, seed=5)
+        batched_perturbed = mixer(perturbed, hw)
+        for i in range(3):
+            torch.testing.assert_close(batched[i:i + 1], mixer(x[i:i + 1], hw), atol=1e-5,
+                                       rtol=1e-5)
+    # Changing samples 1 and 2 leaves sample 0 exactly as it was.
+    torch.testing.assert_close(batched_perturbed[0], batched[0], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize('cls, kwargs', CASES_ALL)
+def test_deterministic_given_seed(cls, kwargs):
+    hw = (12, 20)
+    first, second = build(cls, kwargs, seed=3), build(cls, kwargs, seed=3)
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), name
+    x = tokens(2, hw)
+    with torch.no_grad():
+        assert torch.equal(first(x, hw), second(x, hw))
+        assert torch.equal(first(x, hw), first(x, hw))
+
+
+@pytest.mark.parametrize('registry', [MMSEG_MODELS, MMPRETRAIN_MODELS], ids=['mmseg', 'mmpretrain'])
+@pytest.mark.parametrize('cls, kwargs', CASES_ALL)
+def test_builds_from_config_in_both_registries(cls, kwargs, registry):
+    torch.manual_seed(0)
+    built = registry.build(dict(type=cls.__name__, **kwargs))
+    assert type(built) is cls
+    direct = build(cls, kwargs)
+    assert built.state_dict().keys() == direct.state_dict().keys()
+    for name, value in built.state_dict().items():
+        assert torch.equal(value, direct.state_dict()[name]), name
+
+
+@pytest.mark.parametrize('cls, kwargs', CASES_ALL)
+def test_bfloat16_autocast(cls, kwargs):
+    """Under CPU bf16 autocast the output is finite and close to the fp32 output.
+
+    * bf16 input -> bf16 output, within 3% relative L2 of the fp32 output on the same
+      (bf16-rounded) input: bf16 keeps 8 mantissa bits (2^-8 ~ 0.4% per rounding), and attention
+      mixers run their matmuls in bf16.
+    * fp32 input under autocast: the spectral mixers (fp32 islands) return fp32 exactly; mixers
+      whose last op is an autocast-listed matmul (the attention mixers) may return bf16, as
+      ``nn.Linear`` does under autocast; either way within the same 3%.
+    """
+    hw = (12, 20)
+    mixer = build(cls, kwargs)
+    x = tokens(2, hw)
+    x_bf16 = x.bfloat16()
+    with torch.no_grad():
+        reference = mixer(x_bf16.float(), hw)
+        reference_fp32 = mixer(x, hw)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out_bf16 = mixer(x_bf16, hw)
+            out_fp32_input = mixer(x, hw)
+    assert out_bf16.dtype == torch.bfloat16
+    if cls.__module__ in SPECTRAL_MODULES:
+        assert out_fp32_input.dtype == torch.float32
+    else:
+        assert out_fp32_input.dtype in (torch.float32, torch.bfloat16)
+    for out, ref in [(out_bf16, reference), (out_fp32_input, reference_fp32)]:
+        assert torch.isfinite(out).all()
+        relative = (out.float() - ref).norm() / ref.norm()
+        assert relative < 0.03, f'relative L2 error {relative:.4f}'
+
+
+@pytest.mark.parametrize('cls, kwargs', CASES_ALL)
+def test_flops_positive_and_growing_with_grid(cls, kwargs):
+    mixer = build(cls, kwargs)
+    previous = None
+    for hw in [(8, 8), (8, 16), (16, 16), (32, 32)]:
+        flops = mixer.flops(hw)
+        assert isinstance(flops, dict) and flops
+        assert all(isinstance(v, numbers.Real) and v >= 0 for v in flops.values()), flops
+        total = sum(flops.values())
+        assert total > 0
+        if previous is not None:
+            assert total > sum(previous.values()), (hw, flops, previous)
+            for key in flops.keys() & previous.keys():
+                assert flops[key] >= previous[key], (key, hw)
+        previous = flops
