@@ -1,0 +1,201 @@
+"""The SegFormer-B3 Cityscapes configs: they build with the right mixers and recipe, and the full
+segmentor trains (forward + backward) and infers (whole and sliding window, non-square) on a CPU.
+
+Fast tests shrink the backbone to B0 through the configs' own ``arch`` (as a user would with
+``--cfg-options model.backbone.arch=b0 ...``); the ``slow`` ones run B3 itself at 256x512.
+"""
+import glob
+import os.path as osp
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+from mmengine.structures import PixelData
+from mmseg.registry import MODELS
+from mmseg.structures import SegDataSample
+
+import afno_seg.backbones  # noqa: F401
+import afno_seg.mixers  # noqa: F401
+from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(glob.glob(str(ROOT / 'configs' / 'segformer_*_b3_cityscapes.py')))
+AFNO, ESA = 'AFNOMixer', 'EfficientSelfAttentionMixer'
+EXPECTED_MIXERS = {
+    'afno': [AFNO] * 4, 'afno25': [AFNO] * 4, 'gfn': ['GlobalFilterMixer'] * 4,
+    'fnet': ['FNetMixer'] * 4, 'axial': ['AxialAttentionMixer'] * 4, 'esa': [ESA] * 4,
+    'sa': ['FullSelfAttentionMixer'] * 4, 'afno-esa-hybrid': [AFNO, AFNO, ESA, ESA],
+}
+
+
+def short_name(path: str) -> str:
+    return osp.basename(path)[len('segformer_'):-len('_b3_cityscapes.py')]
+
+
+@pytest.fixture(autouse=True)
+def mmseg_scope():
+    init_default_scope('mmseg')
+
+
+def load_cfg(path: str, arch: str = 'b3', crop=(256, 512), head_channels=None) -> Config:
+    """The config as a user would override it: smaller crop, optionally a smaller arch."""
+    cfg = Config.fromfile(path)
+    cfg.model.backbone.init_cfg = None
+    cfg.model.data_preprocessor.size = crop
+    if arch != 'b3':
+        sizes = ARCH_SETTINGS[arch]
+        cfg.model.backbone.arch = arch
+        cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
+    if head_channels:
+        cfg.model.decode_head.channels = head_channels
+    return cfg
+
+
+def build(cfg: Config):
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model
+
+
+def batch(height: int, width: int, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    image = torch.randint(0, 256, (3, height, width), dtype=torch.uint8, generator=generator)
+    label = torch.randint(0, 19, (1, height, width), generator=generator)
+    label[:, :4] = 255
+    sample = SegDataSample(gt_sem_seg=PixelData(data=label))
+    sample.set_metainfo(dict(img_shape=(height, width), ori_shape=(height, width),
+                             pad_shape=(height, width)))
+    return dict(inputs=[image], data_samples=[sample])
+
+
+def train_step(model, height: int, width: int) -> float:
+    model.train()
+    data = model.data_preprocessor(batch(height, width), True)
+    loss, _ = model.parse_losses(model(**data, mode='loss'))
+    loss.backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None, f'{name} got no gradient'
+        assert torch.isfinite(param.grad).all(), f'{name} has a non-finite gradient'
+    return float(loss.detach())
+
+
+def predict(model, height: int, width: int, test_cfg: dict) -> torch.Tensor:
+    model.eval()
+    model.test_cfg = Config(test_cfg)
+    with torch.no_grad():
+        (result, ) = model.test_step(batch(height, width, seed=1))
+    return result.pred_sem_seg.data
+
+
+def test_every_expected_config_exists():
+    assert sorted(map(short_name, CONFIGS)) == sorted(EXPECTED_MIXERS)
+
+
+def test_base_recipe():
+    """mmseg's SegFormer-B3 Cityscapes 1024x1024 recipe, in fp16, written into the base."""
+    cfg = Config.fromfile(CONFIGS[0])
+    assert cfg.default_scope == 'mmseg'
+    assert cfg.custom_imports == dict(imports=['afno_seg'], allow_failed_imports=False)
+    assert cfg.train_dataloader.dataset.data_root == 'data/cityscapes/'
+    assert cfg.train_dataloader.batch_size == 1 and cfg.auto_scale_lr.base_batch_size == 8
+    assert cfg.auto_scale_lr.enable is False
+    optim = cfg.optim_wrapper
+    assert optim.type == 'AmpOptimWrapper' and optim.loss_scale == 'dynamic'
+    assert optim.optimizer.type == 'AdamW' and optim.optimizer.lr == 6e-5
+    assert optim.optimizer.weight_decay == 0.01
+    assert optim.paramwise_cfg.custom_keys == {
+        'pos_block': dict(decay_mult=0.), 'norm': dict(decay_mult=0.),
+        'head': dict(lr_mult=10.)}
+    warmup, poly = cfg.param_scheduler
+    assert (warmup.type, warmup.begin, warmup.end) == ('LinearLR', 0, 1500)
+    assert (poly.type, poly.begin, poly.end, poly.power) == ('PolyLR', 1500, 160000, 1.0)
+    assert cfg.train_cfg.max_iters == 160000
+    assert cfg.model.test_cfg == dict(mode='slide', crop_size=(1024, 1024), stride=(768, 768))
+    assert cfg.model.data_preprocessor.size == (1024, 1024)
+    assert cfg.model.backbone.arch == 'b3' and cfg.model.backbone.drop_path_rate == 0.1
+    assert cfg.model.backbone.init_cfg == dict(type='Pretrained',
+                                               checkpoint='data/pretrained/mit_b3.pth')
+    assert cfg.model.decode_head.in_channels == [64, 128, 320, 512]
+    assert cfg.model.decode_head.channels == 768
+    crop = [t for t in cfg.train_pipeline if t.type == 'RandomCrop'][0]
+    assert crop.crop_size == (1024, 1024)
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=short_name)
+def test_b3_config_builds_with_expected_mixers(path):
+    cfg = Config.fromfile(path)
+    model = MODELS.build(cfg.model)  # not initialised: no pretrained file needed
+    backbone = model.backbone
+    assert type(backbone).__name__ == 'MixerMiT'
+    assert [len(layers) for _, layers, _ in backbone.layers] == [3, 4, 18, 3]
+    for stage, expected in enumerate(EXPECTED_MIXERS[short_name(path)]):
+        assert {type(layer.attn).__name__ for layer in backbone.layers[stage][1]} == {expected}
+    first = backbone.layers[0][1][0].attn
+    if short_name(path) == 'afno25':
+        assert first.hard_thresholding_fraction == 0.25
+    if short_name(path) == 'gfn':
+        assert [backbone.layers[s][1][0].attn.base_hw_shape for s in range(4)] == [
+            (256, 256), (128, 128), (64, 64), (32, 32)]
+    if short_name(path) == 'esa':
+        assert [backbone.layers[s][1][0].attn.sr_ratio for s in range(4)] == [8, 4, 2, 1]
+
+
+def test_missing_pretrained_file_fails_with_its_path():
+    if osp.exists(ROOT / 'data' / 'pretrained' / 'mit_b3.pth'):
+        pytest.skip('data/pretrained/mit_b3.pth exists here')
+    cfg = Config.fromfile(str(ROOT / 'configs' / 'segformer_afno_b3_cityscapes.py'))
+    sizes = ARCH_SETTINGS['b0']
+    cfg.model.backbone.arch = 'b0'  # the error path does not depend on the size; B0 is quicker
+    cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
+    model = MODELS.build(cfg.model)
+    with pytest.raises(FileNotFoundError, match=r'data/pretrained/mit_b3\.pth.*SegFormer'):
+        model.init_weights()
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=short_name)
+def test_b0_sized_train_and_inference(path):
+    """Fast: the same config at B0 size, crop 128x256, head width 64."""
+    model = build(load_cfg(path, arch='b0', crop=(128, 256), head_channels=64))
+    assert torch.isfinite(torch.tensor(train_step(model, 128, 256)))
+    whole = predict(model, 128, 256, dict(mode='whole'))
+    assert tuple(whole.shape) == (1, 128, 256) and 0 <= whole.min() and whole.max() < 19
+    slide = predict(model, 128, 256, dict(mode='slide', crop_size=(128, 128), stride=(96, 96)))
+    assert tuple(slide.shape) == (1, 128, 256) and slide.max() < 19
+    odd = predict(model, 120, 200, dict(mode='whole'))  # grids 30x50, 15x25, 8x13, 4x7
+    assert tuple(odd.shape) == (1, 120, 200)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', CONFIGS, ids=short_name)
+def test_b3_train_step_and_inference(path):
+    """The full B3 segmentor (768-wide head) trained one step at a 256x512 crop; whole-image
+    inference of a 1024x2048 frame downscaled to 128x256, sliding windows (the recipe's 1024/768
+    scaled by 1/8), and an odd non-square image."""
+    model = build(load_cfg(path, crop=(256, 512)))
+    assert torch.isfinite(torch.tensor(train_step(model, 256, 512)))
+    model.zero_grad(set_to_none=True)
+    whole = predict(model, 128, 256, dict(mode='whole'))
+    assert tuple(whole.shape) == (1, 128, 256) and whole.max() < 19
+    slide = predict(model, 128, 256, dict(mode='slide', crop_size=(128, 128), stride=(96, 96)))
+    assert tuple(slide.shape) == (1, 128, 256)
+    odd = predict(model, 136, 216, dict(mode='whole'))
+    assert tuple(odd.shape) == (1, 136, 216)
+
+
+def test_gpu_check_script_dry_run(tmp_path):
+    """tools/analysis/gpu_check_b3.py end to end on the CPU (B0, 64x64, fp32, one config)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'gpu_check_b3', ROOT / 'tools' / 'analysis' / 'gpu_check_b3.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    config = str(ROOT / 'configs' / 'segformer_gfn_b3_cityscapes.py')
+    assert tool.main(['--dry-run', '--out', str(tmp_path), '--configs', config]) == 0
+    rows = (tmp_path / 'gpu_check_b3.csv').read_text().splitlines()
+    assert rows[0].startswith('config,mixers,params_M') and len(rows) == 2
+    assert all(',ok' in row and ',True,' in row for row in rows[1:])
+    assert '| segformer_gfn_b3_cityscapes.py | GlobalFilter |' in (
+        tmp_path / 'gpu_check_b3.md').read_text()

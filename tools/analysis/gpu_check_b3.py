@@ -1,0 +1,180 @@
+"""GPU check of every SegFormer-B3 Cityscapes config: a few fp16 training iterations at 1024x1024.
+
+For each ``configs/segformer_*_b3_cityscapes.py`` the full segmentor (random init, no pretrained
+file, no dataset) is trained for ``--warmup + --iters`` iterations on random images and labels,
+batch 1, with the config's own optimizer wrapper (AmpOptimWrapper, dynamic loss scale). Recorded:
+median seconds per iteration after warm-up, peak allocated GPU memory, whether every loss was
+finite, and the loss scale (start, end, drops during the measured iterations: "stable" = none).
+Results go to ``<out>/gpu_check_b3.csv`` and ``<out>/gpu_check_b3.md`` (with the command line and
+versions), ready to paste into BENCHMARKS.md. A config that fails (e.g. out of memory) is recorded
+with its error and the others still run.
+
+Usage (one GPU; about 2-4 minutes on an H100/H200 class GPU)::
+
+    python tools/analysis/gpu_check_b3.py [--iters 10] [--warmup 5] [--out work_dirs/gpu_check_b3]
+    python tools/analysis/gpu_check_b3.py --dry-run   # CPU, B0 at 64x64, fp32: checks the script
+"""
+import argparse
+import csv
+import glob
+import logging
+import math
+import os
+import os.path as osp
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, ROOT)
+FIELDS = ['config', 'mixers', 'params_M', 'crop', 'iters', 'sec_per_iter', 'peak_mem_GiB',
+          'loss_first', 'loss_last', 'loss_finite', 'scale_start', 'scale_end', 'scale_drops',
+          'scale_stable', 'status']
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--configs', nargs='+',
+                        default=sorted(glob.glob(osp.join(ROOT, 'configs',
+                                                          'segformer_*_b3_cityscapes.py'))))
+    parser.add_argument('--crop', type=int, default=1024, help='square crop size')
+    parser.add_argument('--iters', type=int, default=10, help='measured iterations')
+    parser.add_argument('--warmup', type=int, default=5, help='iterations before measuring')
+    parser.add_argument('--with-cp', action='store_true', help='gradient checkpointing')
+    parser.add_argument('--out', default=osp.join(ROOT, 'work_dirs', 'gpu_check_b3'))
+    parser.add_argument('--dry-run', action='store_true',
+                        help='CPU, arch b0, 64x64 crop, 1+1 iterations, fp32 OptimWrapper')
+    return parser.parse_args(argv)
+
+
+def random_batch(crop: int, num_classes: int, generator: torch.Generator) -> dict:
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    image = torch.randint(0, 256, (3, crop, crop), dtype=torch.uint8, generator=generator)
+    # Blocky labels (16x16 cells) so that the loss has structure to fit, with some ignore pixels.
+    cells = torch.randint(0, num_classes, (1, crop // 16 + 1, crop // 16 + 1), generator=generator)
+    label = cells.repeat_interleave(16, 1).repeat_interleave(16, 2)[:, :crop, :crop]
+    label[:, :crop // 32] = 255
+    sample = SegDataSample(gt_sem_seg=PixelData(data=label))
+    sample.set_metainfo(dict(img_shape=(crop, crop), ori_shape=(crop, crop),
+                             pad_shape=(crop, crop)))
+    return dict(inputs=[image], data_samples=[sample])
+
+
+def prepare_cfg(path: str, args: argparse.Namespace):
+    from mmengine.config import Config
+
+    from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
+    cfg = Config.fromfile(path)
+    backbone = cfg.model.backbone
+    backbone.init_cfg = None  # random weights: no pretrained file needed
+    backbone.with_cp = args.with_cp
+    cfg.model.data_preprocessor.size = (args.crop, args.crop)
+    if args.dry_run:
+        sizes = ARCH_SETTINGS['b0']
+        backbone.arch = 'b0'
+        cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
+        cfg.model.decode_head.channels = 32
+        cfg.optim_wrapper.type = 'OptimWrapper'  # AmpOptimWrapper needs a GPU
+        cfg.optim_wrapper.pop('loss_scale', None)
+    return cfg
+
+
+def check_config(path: str, args: argparse.Namespace, device: torch.device) -> dict:
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.optim import build_optim_wrapper
+    from mmseg.registry import MODELS
+    cfg = prepare_cfg(path, args)
+    mixers = cfg.model.backbone.mixers
+    mixers = [mixers] if isinstance(mixers, dict) else mixers
+    row = dict(config=osp.basename(path), crop=args.crop, iters=args.iters,
+               mixers='/'.join(m['type'].replace('Mixer', '') for m in mixers))
+    model = revert_sync_batchnorm(MODELS.build(cfg.model))  # one process: plain BN
+    model.init_weights()
+    model = model.to(device).train()
+    row['params_M'] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    scaler = getattr(optim_wrapper, 'loss_scaler', None)
+    generator = torch.Generator().manual_seed(0)
+    losses, times, scales = [], [], [scaler.get_scale() if scaler else 1.0]
+    if device.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
+    for step in range(args.warmup + args.iters):
+        data = random_batch(args.crop, cfg.model.decode_head.num_classes, generator)
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        log_vars = model.train_step(data, optim_wrapper)
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+        losses.append(float(torch.as_tensor(log_vars['loss']).detach()))
+        scales.append(scaler.get_scale() if scaler else 1.0)
+    measured_scales = scales[args.warmup:]
+    drops = sum(b < a for a, b in zip(measured_scales, measured_scales[1:]))
+    row.update(
+        sec_per_iter=round(statistics.median(times[args.warmup:]), 4),
+        peak_mem_GiB=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        if device.type == 'cuda' else '',
+        loss_first=round(losses[0], 4), loss_last=round(losses[-1], 4),
+        loss_finite=all(math.isfinite(v) for v in losses), scale_start=scales[0],
+        scale_end=scales[-1], scale_drops=drops, scale_stable=drops == 0, status='ok')
+    return row
+
+
+def write_results(rows: list[dict], args: argparse.Namespace, device: torch.device) -> None:
+    os.makedirs(args.out, exist_ok=True)
+    with open(osp.join(args.out, 'gpu_check_b3.csv'), 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    name = torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU (dry run)'
+    lines = [f'# SegFormer-B3 {args.crop}x{args.crop} training check, batch 1, {name}', '',
+             f'`{" ".join([osp.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`  ',
+             f'torch {torch.__version__}, CUDA {torch.version.cuda}, with_cp={args.with_cp}, '
+             f'{args.warmup} warm-up + {args.iters} measured iterations; seconds/iter is the '
+             'median of the measured ones.', '',
+             '| ' + ' | '.join(FIELDS) + ' |', '|' + '---|' * len(FIELDS)]
+    lines += ['| ' + ' | '.join(str(row.get(k, '')) for k in FIELDS) + ' |' for row in rows]
+    with open(osp.join(args.out, 'gpu_check_b3.md'), 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+    print('\n'.join(lines))
+
+
+def main(argv=None) -> int:
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
+
+    import afno_seg.backbones  # noqa: F401  (registers MixerMiT)
+    import afno_seg.mixers  # noqa: F401
+    args = parse_args(argv)
+    if args.dry_run:
+        args.crop, args.iters, args.warmup = 64, 1, 1
+        device = torch.device('cpu')
+    elif not torch.cuda.is_available():
+        print('error: no CUDA device; use --dry-run to check the script on a CPU', file=sys.stderr)
+        return 1
+    else:
+        device = torch.device('cuda')
+        torch.backends.cudnn.benchmark = True  # as the configs' env_cfg: fixed input size
+    init_default_scope('mmseg')
+    # Keep the console to warnings and the results (no per-parameter lr / init listings).
+    MMLogger.get_current_instance().setLevel(logging.WARNING)
+    rows = []
+    for path in args.configs:
+        try:
+            rows.append(check_config(path, args, device))
+        except Exception as error:  # noqa: BLE001  (record it, go on with the next config)
+            rows.append(dict(config=osp.basename(path), crop=args.crop,
+                             status=f'{type(error).__name__}: {str(error).splitlines()[0][:200]}'))
+        print(rows[-1], flush=True)
+        if device.type == 'cuda':
+            torch.cuda.empty_cache()
+    write_results(rows, args, device)
+    return 0 if all(r['status'] == 'ok' for r in rows) else 2
+
+
+if __name__ == '__main__':
+    sys.exit(main())
