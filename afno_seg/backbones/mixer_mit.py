@@ -270,7 +270,7 @@ class MixerMiT(BaseModule):
                                 prefix=self.init_cfg.get('prefix'))
         self._is_init = True
 
-    def forward(self, x: Tensor) -> list[Tensor]:
+    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
         outs = []
         for i, (patch_embed, layers, norm) in enumerate(self.layers):
             x, hw_shape = patch_embed(x)
@@ -279,4 +279,4 @@ class MixerMiT(BaseModule):
             x = nlc_to_nchw(norm(x), hw_shape)
             if i in self.out_indices:
                 outs.append(x)
-        return outs
+        return tuple(outs)

@@ -1,0 +1,243 @@
+"""MixerViT: an isotropic ViT-style backbone whose token mixer is pluggable (AFNO-ViT, GFNet, FNet).
+
+References:
+    Guibas et al., "Adaptive Fourier Neural Operators: Efficient Token Mixers for Transformers",
+    ICLR 2022, arXiv:2111.13587 (Section 5, Table 5: ImageNet-1K with a ViT whose self-attention
+    is replaced by AFNO, GFN or FNet; 224x224 images, 16x16 patches, 12 layers, width 384).
+    Dosovitskiy et al., "An Image is Worth 16x16 Words", ICLR 2021, arXiv:2010.11929 (the
+    isotropic pre-norm encoder) and Touvron et al., "Training data-efficient image transformers"
+    (DeiT), ICML 2021, arXiv:2012.12877 (the ImageNet-1K recipe of configs/mmpretrain/).
+    Rao et al., "Global Filter Networks for Image Classification", NeurIPS 2021, arXiv:2107.00645
+    (GFNet-XS: the same sizes without a class token, features averaged over the grid).
+
+Pipeline for an image of ``Hi x Wi``: a ``p x p`` stride-``p`` convolution embeds patches into a
+``H x W = ceil(Hi / p) x ceil(Wi / p)`` grid of C-channel tokens (inputs that do not divide are
+zero-padded at the bottom/right); a learned absolute position embedding, stored for the grid of
+``img_size`` and resized bicubically for other grids, is added; then ``num_layers`` pre-norm layers
+
+    x = x + DropPath(mixer(LN(x), (H, W)))
+    x = x + DropPath(W2 GELU(W1 LN(x)))        (W1: C -> mlp_ratio C, W2 back)
+
+and a final LayerNorm. There is no class token: the mixers act on a grid, and classification
+averages the output map (mmpretrain's ``GlobalAveragePooling`` neck and ``LinearClsHead``), as
+GFNet does. Cost per layer: the mixer's ``flops`` plus ``2 * 2 * mlp_ratio * C^2 * H W`` (MLP).
+"""
+import copy
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.drop import build_dropout
+from mmcv.cnn.bricks.transformer import FFN
+from mmengine.model import BaseModule, ModuleList
+from mmengine.model.weight_init import constant_init, kaiming_init, trunc_normal_
+from mmpretrain.models.utils import resize_pos_embed
+from mmseg.models.utils import PatchEmbed, nlc_to_nchw
+from torch import Tensor
+
+from ..registry import register_model
+from .mit_checkpoint import read_checkpoint
+from .mixer_mit import build_mixer
+
+__all__ = ['MixerViT', 'MixerViTLayer', 'VIT_ARCH_SETTINGS']
+
+# DeiT's widths (Ti/S/B). 's' is the AFNO paper's Table 5 size (and GFNet-XS): 12 x 384.
+# ``num_heads`` only reaches mixers that take it (attention); Fourier mixers ignore it.
+VIT_ARCH_SETTINGS = {
+    'ti': dict(embed_dims=192, num_layers=12, num_heads=3),
+    's': dict(embed_dims=384, num_layers=12, num_heads=6),
+    'b': dict(embed_dims=768, num_layers=12, num_heads=12),
+}
+
+
+class MixerViTLayer(BaseModule):
+    """``x += DropPath(mixer(LN(x), hw))``; ``x += DropPath(MLP(LN(x)))``, the MLP point-wise.
+
+    Args:
+        embed_dims (int): Channels C.
+        mixer (nn.Module): Token mixer, ``forward(x (B, N, C), hw_shape) -> (B, N, C)``; stored as
+            ``attn`` like :class:`~afno_seg.backbones.MixerEncoderLayer`.
+        feedforward_channels (int): Hidden width of the MLP.
+        drop_rate (float): Dropout inside the MLP. Default: 0.
+        drop_path_rate (float): Stochastic-depth probability of both branches. Default: 0.
+        act_cfg (dict): MLP activation. Default: dict(type='GELU').
+        norm_cfg (dict): Pre-norms. Default: dict(type='LN', eps=1e-6).
+        with_cp (bool): Recompute the layer in backward. Default: False.
+    """
+
+    def __init__(self, embed_dims: int, mixer: nn.Module, feedforward_channels: int,
+                 drop_rate: float = 0., drop_path_rate: float = 0., act_cfg: dict | None = None,
+                 norm_cfg: dict | None = None, with_cp: bool = False) -> None:
+        super().__init__()
+        norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
+        drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = mixer
+        self.drop_path = build_dropout(drop_path)
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        # FFN adds the identity itself: ffn(y, identity=x) == x + DropPath(W2 act(W1 y)).
+        self.ffn = FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels,
+                       num_fcs=2, ffn_drop=drop_rate, dropout_layer=drop_path,
+                       act_cfg=act_cfg or dict(type='GELU'), add_identity=True)
+        self.with_cp = with_cp
+
+    def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+
+        def _inner_forward(x: Tensor) -> Tensor:
+            x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
+            return self.ffn(self.norm2(x), identity=x)
+
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(_inner_forward, x, use_reentrant=False)
+        return _inner_forward(x)
+
+
+@register_model
+class MixerViT(BaseModule):
+    """Isotropic (single-resolution) ViT with a pluggable token mixer; see the module docstring.
+
+    Args:
+        arch (str | dict): 'ti', 's' or 'b' (:data:`VIT_ARCH_SETTINGS`), or a dict with
+            ``embed_dims``, ``num_layers`` and ``num_heads``. Default: 's'.
+        mixer (dict): Mixer config, built like MixerMiT's with ``embed_dims``, ``num_heads``,
+            ``sr_ratio=1``, ``qkv_bias``, ``attn_drop_rate``, ``proj_drop_rate`` (= ``drop_rate``),
+            ``norm_cfg`` and ``base_hw_shape`` (the patch grid of ``img_size``) filled in where the
+            constructor takes them. Default: dict(type='AFNOMixer').
+        img_size (int | tuple[int, int]): Image size whose patch grid sizes the position embedding
+            and grid-bound mixers (GFN); other sizes resize both. Default: 224.
+        patch_size (int): Patch (and stride) of the embedding convolution. Default: 16.
+        in_channels (int): Input channels. Default: 3.
+        mlp_ratio (int): MLP hidden width / C. Default: 4.
+        out_indices (Sequence[int]): Layers whose outputs are returned; negative counts from the
+            end. Default: (-1,).
+        qkv_bias (bool): Bias of attention projections (attention mixers). Default: True.
+        drop_rate (float): Dropout after the position embedding and in the MLP. Default: 0.
+        attn_drop_rate (float): Attention-weight dropout (attention mixers). Default: 0.
+        drop_path_rate (float): Stochastic depth, linearly increasing over layers. Default: 0.
+        with_pos_embed (bool): Add the learned position embedding. Default: True.
+        final_norm (bool): LayerNorm on the last layer's output. Default: True.
+        act_cfg (dict): MLP activation. Default: dict(type='GELU').
+        norm_cfg (dict): Norm layers. Default: dict(type='LN', eps=1e-6).
+        with_cp (bool): Gradient checkpointing of every layer. Default: False.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH, prefix='backbone.')``
+            loads a checkpoint strictly (a missing or unexpected tensor is an error); a position
+            embedding of another grid is resized. Default: None.
+
+    Returns (forward): tuple of ``(B, C, H, W)`` maps, one per ``out_indices``.
+    """
+
+    def __init__(self, arch: str | dict = 's', mixer: dict | None = None,
+                 img_size: int | Sequence[int] = 224, patch_size: int = 16, in_channels: int = 3,
+                 mlp_ratio: int = 4, out_indices: Sequence[int] = (-1, ), qkv_bias: bool = True,
+                 drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
+                 with_pos_embed: bool = True, final_norm: bool = True,
+                 act_cfg: dict | None = None, norm_cfg: dict | None = None,
+                 with_cp: bool = False, init_cfg: dict | None = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if isinstance(arch, str):
+            if arch not in VIT_ARCH_SETTINGS:
+                raise ValueError(f'unknown arch {arch!r}; choose one of '
+                                 f'{", ".join(VIT_ARCH_SETTINGS)} or give a dict')
+            arch = VIT_ARCH_SETTINGS[arch]
+        missing = {'embed_dims', 'num_layers', 'num_heads'} - set(arch)
+        if missing:
+            raise ValueError(f'arch dict lacks {sorted(missing)}')
+        self.embed_dims, self.num_layers = arch['embed_dims'], arch['num_layers']
+        img_size = (img_size, ) * 2 if isinstance(img_size, int) else tuple(img_size)
+        # PatchEmbed pads the bottom/right up to a multiple of the patch ('corner'): ceil division.
+        self.base_hw_shape = tuple(math.ceil(size / patch_size) for size in img_size)
+        self.out_indices = tuple(i % self.num_layers if -self.num_layers <= i < self.num_layers
+                                 else None for i in out_indices)
+        if not self.out_indices or None in self.out_indices:
+            raise ValueError(f'out_indices {tuple(out_indices)} must lie in '
+                             f'[-{self.num_layers}, {self.num_layers})')
+        norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
+        mixer = copy.deepcopy(mixer) if mixer is not None else dict(type='AFNOMixer')
+        self.final_norm, self.with_cp = final_norm, with_cp
+
+        self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=self.embed_dims,
+                                      kernel_size=patch_size, stride=patch_size,
+                                      padding='corner', norm_cfg=None)
+        self.pos_embed = nn.Parameter(
+            torch.zeros(1, self.base_hw_shape[0] * self.base_hw_shape[1], self.embed_dims)
+        ) if with_pos_embed else None
+        self.drop_after_pos = nn.Dropout(p=drop_rate)
+        mixer_args = dict(embed_dims=self.embed_dims, num_heads=arch['num_heads'], sr_ratio=1,
+                          qkv_bias=qkv_bias, attn_drop_rate=attn_drop_rate,
+                          proj_drop_rate=drop_rate, norm_cfg=norm_cfg,
+                          base_hw_shape=self.base_hw_shape)
+        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        self.layers = ModuleList([
+            MixerViTLayer(self.embed_dims, build_mixer(mixer, **mixer_args),
+                          feedforward_channels=mlp_ratio * self.embed_dims, drop_rate=drop_rate,
+                          drop_path_rate=dpr[i], act_cfg=act_cfg, norm_cfg=norm_cfg,
+                          with_cp=with_cp) for i in range(self.num_layers)
+        ])
+        self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1] if final_norm else None
+
+    def init_weights(self) -> None:
+        """ViT initialisation, each mixer's own ``init_weights``, then a ``Pretrained`` checkpoint.
+
+        Linear and the position embedding: truncated normal (std 0.02); LayerNorm: 1, 0; the
+        patch convolution: LeCun-style (Kaiming, fan-in, linear gain), as mmpretrain's ViT.
+        """
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                constant_init(m, val=1., bias=0.)
+        kaiming_init(self.patch_embed.projection, mode='fan_in', nonlinearity='linear')
+        if self.pos_embed is not None:
+            trunc_normal_(self.pos_embed, std=.02)
+        for layer in self.layers:
+            mixer = layer.attn
+            if isinstance(mixer, BaseModule) and (
+                    mixer.init_cfg or type(mixer).init_weights is not BaseModule.init_weights):
+                mixer.init_weights()
+        init_cfg = self.init_cfg or {}
+        if init_cfg.get('type') == 'Pretrained':
+            self.load_pretrained(init_cfg['checkpoint'], prefix=init_cfg.get('prefix'))
+        elif init_cfg:
+            raise ValueError('MixerViT supports init_cfg=dict(type="Pretrained", checkpoint=..., '
+                             f'prefix=...) only, got {init_cfg!r}')
+        self._is_init = True
+
+    def load_pretrained(self, path: str, prefix: str | None = None) -> None:
+        """Load ``path`` (keys under ``prefix``, stripped) strictly; resize ``pos_embed``."""
+        state = read_checkpoint(path)
+        if prefix:
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            if not state:
+                raise ValueError(f'{path!r} has no keys under prefix {prefix!r}')
+        if self.pos_embed is not None and 'pos_embed' in state and \
+                state['pos_embed'].shape != self.pos_embed.shape:
+            # A square grid is the only one a token count alone determines.
+            side = math.isqrt(state['pos_embed'].shape[1])
+            if side * side != state['pos_embed'].shape[1]:
+                raise ValueError(f'{path!r}: pos_embed of {state["pos_embed"].shape[1]} tokens is '
+                                 'not a square grid; resize it to this model\'s grid first')
+            state['pos_embed'] = resize_pos_embed(state['pos_embed'], (side, side),
+                                                  self.base_hw_shape, num_extra_tokens=0)
+        result = self.load_state_dict(state, strict=False)
+        if result.missing_keys or result.unexpected_keys:
+            raise RuntimeError(f'{path!r} does not fit MixerViT: missing {result.missing_keys}, '
+                               f'unexpected {result.unexpected_keys}')
+
+    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
+        x, hw_shape = self.patch_embed(x)
+        if self.pos_embed is not None:
+            x = x + resize_pos_embed(self.pos_embed, self.base_hw_shape, hw_shape,
+                                     num_extra_tokens=0).to(x.dtype)
+        x = self.drop_after_pos(x)
+        outs = []
+        for i, layer in enumerate(self.layers):
+            x = layer(x, hw_shape)
+            out = self.norm(x) if self.final_norm and i == self.num_layers - 1 else x
+            if i in self.out_indices:
+                outs.append(nlc_to_nchw(out, hw_shape))
+        return tuple(outs)
