@@ -1,0 +1,115 @@
+"""Mixer cost against token count: analytic ``flops()`` next to the traced count, table and plot.
+
+Every mixer at SegFormer-B3's stage-1 width (64 channels, 1 head, reduction 8 for efficient
+attention) on square grids from 32 x 32 to 512 x 512 tokens (1,024 to 262,144), one image. The
+counted column is a ``torch.jit`` trace through :func:`~afno_seg.analysis.flops.count_mixer_flops`
+with norms excluded (the analytic counts leave element-wise work out). Attention is traced with
+the real kernels up to ``real_attention_max_tokens`` and through the shape-only stand-in above
+(same count; full self-attention at 262,144 tokens is ~18 TFLOPs).
+"""
+from collections.abc import Sequence
+
+import torch
+
+from .flops import NORM_OPS, count_mixer_flops
+
+__all__ = ['STAGE1_MIXERS', 'build_stage1_mixer', 'mixer_sweep', 'plot_sweep', 'sweep_markdown']
+
+#: label -> mixer config at B3's stage 1 (``embed_dims`` is filled in).
+STAGE1_MIXERS = {
+    'AFNO-100%': dict(type='AFNOMixer', num_blocks=8),
+    'AFNO-25%': dict(type='AFNOMixer', num_blocks=8, hard_thresholding_fraction=0.25),
+    'GFN': dict(type='GlobalFilterMixer', base_hw_shape=(256, 256)),
+    'FNet': dict(type='FNetMixer'),
+    'FNO (16x16 modes)': dict(type='FNOMixer', modes=(16, 16)),
+    'ESA (sr 8)': dict(type='EfficientSelfAttentionMixer', num_heads=1, sr_ratio=8),
+    'axial attention': dict(type='AxialAttentionMixer', num_heads=1),
+    'full self-attention': dict(type='FullSelfAttentionMixer', num_heads=1),
+}
+DEFAULT_SIZES = (32, 64, 128, 256, 512)
+
+
+def build_stage1_mixer(label: str, channels: int = 64) -> torch.nn.Module:
+    import afno_seg.mixers  # noqa: F401  (registers the mixers)
+    from afno_seg.registry import MMSEG_MODELS
+    return MMSEG_MODELS.build(dict(STAGE1_MIXERS[label], embed_dims=channels)).eval()
+
+
+def mixer_sweep(sizes: Sequence[int] = DEFAULT_SIZES, channels: int = 64,
+                labels: Sequence[str] | None = None, count: bool = True,
+                real_attention_max_tokens: int = 128 * 128) -> list[dict]:
+    """Analytic and traced GFLOPs of each mixer on ``size x size`` grids.
+
+    Returns:
+        list[dict]: ``mixer``, ``grid``, ``tokens``, ``analytic_gflops``, ``counted_gflops``
+        (None when ``count`` is False) and ``attention`` (how attention products were traced:
+        'real', 'stand-in', or None for mixers without attention).
+    """
+    records = []
+    for label in labels or STAGE1_MIXERS:
+        mixer = build_stage1_mixer(label, channels)
+        for size in sizes:
+            grid = (size, size)
+            record = dict(mixer=label, grid=list(grid), tokens=size * size,
+                          analytic_gflops=sum(mixer.flops(grid).values()) / 1e9,
+                          counted_gflops=None, attention=None)
+            if count:
+                stand_in = size * size > real_attention_max_tokens
+                counted = count_mixer_flops(mixer, grid, attention_stand_in=stand_in)
+                record['counted_gflops'] = sum(
+                    v for op, v in counted.items() if op not in NORM_OPS) / 1e9
+                if 'scaled_dot_product_attention' in counted:
+                    record['attention'] = 'stand-in' if stand_in else 'real'
+            records.append(record)
+    return records
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return '-'
+    return f'{value:.4g}' if value < 1000 else f'{value:,.0f}'
+
+
+def sweep_markdown(records: list[dict]) -> str:
+    """One row per mixer, one column per grid: ``analytic / counted`` GFLOPs."""
+    grids = sorted({r['tokens']: tuple(r['grid']) for r in records}.items())
+    header = ' | '.join(f'{h}x{w} ({n:,})' for n, (h, w) in grids)
+    lines = [f'| mixer (GFLOPs, analytic / counted) | {header} |',
+             '| --- |' + ' ---: |' * len(grids)]
+    for label in dict.fromkeys(r['mixer'] for r in records):
+        cells = []
+        for tokens, _ in grids:
+            record = next(r for r in records if r['mixer'] == label and r['tokens'] == tokens)
+            cell = f'{_fmt(record["analytic_gflops"])} / {_fmt(record["counted_gflops"])}'
+            if record['attention'] == 'stand-in':
+                cell += ' *'
+            cells.append(cell)
+        lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def plot_sweep(records: list[dict], path: str, channels: int = 64) -> None:
+    """Log-log plot of mixer GFLOPs against tokens: analytic lines, counted markers."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
+    for index, label in enumerate(dict.fromkeys(r['mixer'] for r in records)):
+        mine = sorted((r for r in records if r['mixer'] == label), key=lambda r: r['tokens'])
+        color, style = f'C{index}', ('-', '--', '-.', ':')[index % 4]
+        ax.plot([r['tokens'] for r in mine], [r['analytic_gflops'] for r in mine], style,
+                color=color, label=label)
+        counted = [r for r in mine if r['counted_gflops'] is not None]
+        ax.plot([r['tokens'] for r in counted], [r['counted_gflops'] for r in counted], 'o',
+                color=color, markerfacecolor='none', markersize=6)
+    ax.set_xscale('log', base=2)
+    ax.set_yscale('log')
+    ax.set_xlabel('tokens N = H x W (square grids, 32x32 to 512x512)')
+    ax.set_ylabel('GFLOPs per image (one mixer call)')
+    ax.set_title(f'Token mixers at SegFormer-B3 stage-1 width ({channels} ch): '
+                 'lines analytic, circles traced', fontsize=9)
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend(fontsize=7, loc='upper left')
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,279 @@
+"""FLOP handles that let mmengine's ``FlopAnalyzer`` count FFTs, complex products and attention.
+
+mmengine traces a model with ``torch.jit`` and counts each recorded ``aten::`` op through a handle;
+ops without one count as zero. Out of the box it has no handle for any FFT
+(``aten::fft_rfft2``, ``fft_irfft2``, ``fft_fftn``, ...), for ``aten::baddbmm`` (AFNO's
+block-diagonal spectral MLP), for complex element-wise products (GFN's filter) or for
+``aten::scaled_dot_product_attention`` (every attention mixer here), and its ``matmul``/``bmm``
+handles count a complex multiply-add like a real one. So every Fourier mixer looked free. The
+handles below fix that and are installed through the public ``FlopAnalyzer.set_op_handle``.
+
+Units. mmengine's counter is in multiply-accumulates (MACs: "we count one fused multiply-add as
+one flop"). Our mixers declare real FLOPs (``afno_seg.mixers.base``: 1 MAC = 2 FLOPs). To put both
+on one scale, every handle here returns **MAC-equivalents = FLOPs / 2**, so that for every op,
+every module and the whole model ``GFLOPs = 2 x GMACs`` where GMACs is what the analyzer reports:
+
+* FFT of ``N`` points (``N`` = product of the transformed lengths, per batch item): ``5 N log2 N``
+  FLOPs for a complex transform, ``2.5 N log2 N`` for one with real input or real output (rfft,
+  irfft, fft of a real tensor, hfft/ihfft) -- the radix-2 operation count that FFTW's benchmark
+  methodology uses to report FFT "MFLOPS" (benchFFT: mflops = 5 N log2(N) / t for complex, half
+  of it for real-data transforms; https://www.fftw.org/speed/method.html). Returned as
+  ``2.5 N log2 N`` / ``1.25 N log2 N`` MAC-equivalents. Non-powers of two use the same formula.
+* Complex multiply-add inside ``matmul``/``mm``/``bmm``/``baddbmm``/``einsum``/``linear``/
+  ``addmm``: 4 real MACs (8 FLOPs).
+* Complex element-wise product of two tensors (``aten::mul``, e.g. spectrum x filter): 6 FLOPs
+  (4 multiplies, 2 adds) = 3 MAC-equivalents per element; complex x real tensor: 2 FLOPs. Products
+  of real tensors and scaling by a scalar are element-wise work and stay uncounted, as in mmengine.
+* Attention (``scaled_dot_product_attention`` and its fused CPU/CUDA variants): ``Q K^T`` and
+  ``A V`` as dense products, ``B h L S (E + Ev)`` MACs; softmax, masking and scaling uncounted.
+  A causal mask is not credited (the dense count).
+
+Everything mmengine already counts keeps its default handle, including its estimates for norms
+(``layer_norm`` 5 per element), ``batch_norm`` and bilinear resizes, so the totals stay comparable
+with ``mmseg``'s ``tools/analysis_tools/get_flops.py``. Counts run inside
+:func:`~afno_seg.analysis.tracing.tracing_for_flops` (custom autograd Functions inline, so FFTs
+wrapped in them are seen; optionally attention as a shape-only stand-in). See ``docs/flops.md``.
+"""
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from mmengine.analysis import FlopAnalyzer
+from mmengine.analysis.jit_handles import addmm_flop_jit, einsum_flop_jit, get_shape
+from torch import Tensor, nn
+
+from .tracing import inline_autograd_functions, shape_only_attention, tracing_for_flops
+
+__all__ = [
+    'FLOPS_PER_MAC', 'FLOP_HANDLES', 'NORM_OPS', 'attention_flop_jit', 'build_flop_analyzer',
+    'count_mixer_flops', 'fft_flop_jit', 'fft_op_flops', 'inline_autograd_functions', 'is_fft_op',
+    'shape_only_attention', 'tracing_for_flops'
+]
+
+FLOPS_PER_MAC = 2
+# Ops that mmengine counts with its own per-element norm estimates.
+NORM_OPS = ('layer_norm', 'group_norm', 'batch_norm', 'instance_norm')
+_UNKNOWN = object()
+
+
+def _prod(values) -> int:
+    return math.prod(int(v) for v in values)
+
+
+def _constant(value: Any) -> Any:
+    """The Python value of a traced argument: constants, lists of them, ``_UNKNOWN`` if traced."""
+    node = value.node()
+    if node.kind() == 'prim::ListConstruct':
+        return [_constant(v) for v in node.inputs()]
+    if node.kind() == 'prim::Constant':
+        return value.toIValue()
+    return _UNKNOWN
+
+
+def _is_complex(value: Any) -> bool:
+    """Whether a traced value is a complex tensor (or a list holding one)."""
+    value_type = value.type()
+    if isinstance(value_type, torch._C.TensorType):
+        return (value_type.scalarType() or '').startswith('Complex')
+    if value.node().kind() == 'prim::ListConstruct':
+        return any(_is_complex(v) for v in value.node().inputs())
+    return False
+
+
+def is_fft_op(name: str) -> bool:
+    """Whether an operator name (``aten::`` prefix or not) is an FFT."""
+    name = name.split('::')[-1]
+    return name.startswith(('fft_', '_fft_'))
+
+
+# ---------------------------------------------------------------- FFTs
+def fft_op_flops(lengths: list[int], batch: int, real: bool) -> float:
+    """Real FLOPs of ``batch`` FFTs over ``lengths``: ``(2.5 if real else 5) N log2 N``."""
+    points = _prod(lengths)
+    if points <= 1:
+        return 0.0
+    return batch * (2.5 if real else 5.0) * points * math.log2(points)
+
+
+# aten op -> (family, default dims). Families: 'full' (complex output of the full length; the
+# input may be real), 'onesided' (real input, half-spectrum output), 'real_out' (real output).
+_FFT_OPS = {
+    'fft_fft': ('full', [-1]), 'fft_ifft': ('full', [-1]),
+    'fft_fft2': ('full', [-2, -1]), 'fft_ifft2': ('full', [-2, -1]),
+    'fft_fftn': ('full', None), 'fft_ifftn': ('full', None),
+    'fft_rfft': ('onesided', [-1]), 'fft_ihfft': ('onesided', [-1]),
+    'fft_rfft2': ('onesided', [-2, -1]), 'fft_ihfft2': ('onesided', [-2, -1]),
+    'fft_rfftn': ('onesided', None), 'fft_ihfftn': ('onesided', None),
+    'fft_irfft': ('real_out', [-1]), 'fft_hfft': ('real_out', [-1]),
+    'fft_irfft2': ('real_out', [-2, -1]), 'fft_hfft2': ('real_out', [-2, -1]),
+    'fft_irfftn': ('real_out', None), 'fft_hfftn': ('real_out', None),
+}
+
+
+def _fft_dims(name: str, inputs: list, ndim: int) -> tuple[list[int], list | None]:
+    """Transformed dims (non-negative) and the signal-size argument ``s``/``n`` of a public FFT."""
+    default_dims = _FFT_OPS[name][1]
+    size_arg = _constant(inputs[1])
+    dims = _constant(inputs[2])
+    one_dimensional = default_dims is not None and len(default_dims) == 1
+    if one_dimensional:
+        dims = [dims if isinstance(dims, int) else -1]
+        size_arg = None if size_arg is None else [size_arg]
+    elif dims is None or dims is _UNKNOWN:
+        if default_dims is not None:
+            dims = default_dims
+        else:  # fftn family: the last len(s) dims, or all of them
+            dims = list(range(-len(size_arg), 0)) if isinstance(size_arg, list) else \
+                list(range(ndim))
+    return [d % ndim for d in dims], size_arg
+
+
+def fft_flop_jit(inputs: list, outputs: list) -> Counter:
+    """Handle for the public ``aten::fft_*`` ops and the primitives ``_fft_r2c/_fft_c2r/_fft_c2c``.
+
+    Returns MAC-equivalents (FLOPs / 2) under the op's own name.
+    """
+    node = outputs[0].node()
+    name = node.kind().split('::')[-1]
+    in_shape, out_shape = get_shape(inputs[0]), get_shape(outputs[0])
+    if name.startswith('_fft_'):
+        dims = [d % len(out_shape) for d in _constant(inputs[1])]
+        side = out_shape if name == '_fft_c2r' else in_shape  # the full-length side
+        lengths = [side[d] for d in dims]
+        real = name in ('_fft_r2c', '_fft_c2r')
+    else:
+        family = _FFT_OPS[name][0]
+        dims, size_arg = _fft_dims(name, inputs, len(out_shape))
+        lengths = [out_shape[d] for d in dims]
+        if family == 'onesided':  # the last length is the real signal's, not the half spectrum's
+            last = size_arg[-1] if isinstance(size_arg, list) else _UNKNOWN
+            lengths[-1] = last if isinstance(last, int) and last > 0 else in_shape[dims[-1]]
+        real = family in ('onesided', 'real_out') or not _is_complex(inputs[0])
+    batch = _prod(out_shape) // max(1, _prod(out_shape[d] for d in dims))
+    return Counter({name: fft_op_flops(lengths, batch, real) / FLOPS_PER_MAC})
+
+
+# ---------------------------------------------------------------- products
+def _matmul_macs(left: list[int], right: list[int]) -> int:
+    """Multiply-adds of ``torch.matmul`` of the two shapes, broadcast batch dims included."""
+    left = [1] + list(left) if len(left) == 1 else list(left)
+    right = list(right) + [1] if len(right) == 1 else list(right)
+    assert left[-1] == right[-2], (left, right)
+    batch = torch.broadcast_shapes(tuple(left[:-2]), tuple(right[:-2]))
+    return _prod(batch) * left[-2] * left[-1] * right[-1]
+
+
+def matmul_flop_jit(inputs: list, outputs: list) -> int:
+    """``aten::matmul``/``mm``/``bmm``. Unlike mmengine's matmul handle, this one counts a
+    broadcast batch on either side (a matrix applied to a batch of inputs)."""
+    return _matmul_macs(get_shape(inputs[0]), get_shape(inputs[1]))
+
+
+def baddbmm_flop_jit(inputs: list, outputs: list) -> int:
+    """``aten::baddbmm(bias, batch1, batch2, beta, alpha)``: the batched product (bias add free)."""
+    return _matmul_macs(get_shape(inputs[1]), get_shape(inputs[2]))
+
+
+def linear_flop_jit(inputs: list, outputs: list) -> int:
+    """``aten::linear(x, weight, bias)``: ``prod(x.shape) * out_features``."""
+    return _prod(get_shape(inputs[0])) * get_shape(inputs[1])[0]
+
+
+def _complex_aware(handle: Callable) -> Callable:
+    """Wrap a real product handle: a complex multiply-add is 4 real ones."""
+
+    def complex_aware_handle(inputs: list, outputs: list):
+        count = handle(inputs, outputs)
+        if not any(_is_complex(v) for v in inputs):
+            return count
+        if isinstance(count, Counter):
+            return Counter({k: 4 * v for k, v in count.items()})
+        return 4 * count
+
+    complex_aware_handle.__name__ = handle.__name__
+    return complex_aware_handle
+
+
+def complex_mul_flop_jit(inputs: list, outputs: list) -> Counter:
+    """``aten::mul`` of two tensors with a complex result: 6 FLOPs (complex x complex) or 2
+    (complex x real) per element. Real products and scalar scalings are not counted."""
+    shapes = [get_shape(v) if isinstance(v.type(), torch._C.TensorType) else None
+              for v in inputs[:2]]
+    if not _is_complex(outputs[0]) or any(not shape for shape in shapes):
+        return Counter()
+    flops_each = 6 if all(_is_complex(v) for v in inputs[:2]) else 2
+    return Counter({'complex_mul': flops_each * _prod(get_shape(outputs[0])) / FLOPS_PER_MAC})
+
+
+def attention_flop_jit(inputs: list, outputs: list) -> Counter:
+    """Scaled dot-product attention ``(q, k, v, ...)``: ``Q K^T`` plus ``A V`` multiply-adds."""
+    query, key, value = (get_shape(v) for v in inputs[:3])
+    batch, length, dim = _prod(query[:-2]), query[-2], query[-1]
+    return Counter({'scaled_dot_product_attention': batch * length * key[-2] * (dim + value[-1])})
+
+
+_ATTENTION_OPS = ('aten::scaled_dot_product_attention',
+                  'aten::_scaled_dot_product_flash_attention_for_cpu',
+                  'aten::_scaled_dot_product_flash_attention',
+                  'aten::_scaled_dot_product_efficient_attention',
+                  'aten::_scaled_dot_product_cudnn_attention',
+                  'prim::PythonOp._ShapeOnlyAttention')
+_RELABEL_OPS = ('aten::view_as_real', 'aten::view_as_complex', 'aten::complex', 'aten::real',
+                 'aten::imag')
+#: Handles installed on top of mmengine's defaults (all return MAC-equivalents).
+FLOP_HANDLES: dict[str, Callable] = {
+    **{f'aten::{name}': fft_flop_jit for name in _FFT_OPS},
+    **{f'aten::{name}': fft_flop_jit for name in ('_fft_r2c', '_fft_c2r', '_fft_c2c')},
+    **{name: attention_flop_jit for name in _ATTENTION_OPS},
+    'aten::matmul': _complex_aware(matmul_flop_jit),
+    'aten::mm': _complex_aware(matmul_flop_jit),
+    'aten::bmm': _complex_aware(matmul_flop_jit),
+    'aten::baddbmm': _complex_aware(baddbmm_flop_jit),
+    'aten::linear': _complex_aware(linear_flop_jit),
+    'aten::addmm': _complex_aware(addmm_flop_jit),
+    'aten::einsum': _complex_aware(einsum_flop_jit),
+    'aten::mul': complex_mul_flop_jit,
+    'aten::mul_': complex_mul_flop_jit,
+}
+
+
+def build_flop_analyzer(model: nn.Module, inputs: Tensor | tuple) -> FlopAnalyzer:
+    """mmengine's ``FlopAnalyzer`` with :data:`FLOP_HANDLES` installed and its warnings off.
+
+    Counts are MAC-equivalents (see the module docstring); multiply by :data:`FLOPS_PER_MAC`
+    for FLOPs. The trace runs lazily, on the first query.
+    """
+    analyzer = FlopAnalyzer(model, inputs).set_op_handle(**FLOP_HANDLES)
+    # Re-labelling complex data (no arithmetic): ignored rather than listed as unsupported.
+    for name in _RELABEL_OPS:
+        analyzer.set_op_handle(name, None)
+    return analyzer.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+
+
+class _TokenMixerCall(nn.Module):
+    """``forward(x) = mixer(x, hw_shape)``: a one-tensor module that jit can trace."""
+
+    def __init__(self, mixer: nn.Module, hw_shape: tuple[int, int]) -> None:
+        super().__init__()
+        self.mixer, self.hw_shape = mixer, tuple(hw_shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.mixer(x, self.hw_shape)
+
+
+def count_mixer_flops(mixer: nn.Module, hw_shape: tuple[int, int], batch_size: int = 1,
+                      attention_stand_in: bool = False) -> Counter:
+    """Traced real FLOPs of one mixer call on ``batch_size`` random ``(H*W, C)`` token maps.
+
+    Returns:
+        Counter: FLOPs by operator name, norms (mmengine's estimates) included under their names.
+    """
+    height, width = hw_shape
+    tokens = torch.randn(batch_size, height * width, mixer.embed_dims,
+                         device=next(iter(mixer.parameters()), torch.empty(0)).device)
+    analyzer = build_flop_analyzer(_TokenMixerCall(mixer, hw_shape).eval(), (tokens, ))
+    with tracing_for_flops(attention_stand_in):
+        counts = analyzer.by_operator()
+    return Counter({op: FLOPS_PER_MAC * value for op, value in counts.items()})

@@ -1,0 +1,100 @@
+"""Cost of a segmentor per backbone stage and component, FFTs and attention counted.
+
+Same flags as mmseg's ``tools/analysis_tools/get_flops.py`` (``config``, ``--shape``,
+``--cfg-options``), plus ``--out`` (JSON + Markdown), ``--device`` and ``--real-attention``.
+Prints a Markdown table: per stage the patch embedding, the mixer split into FFT and the rest
+(spectral MLP / filter / attention products / projections, with the op names), the Mix-FFN and the
+norms; the decode head; the total; parameters of each; GMACs and GFLOPs (= 2 x GMACs); for mixers
+with an analytic ``flops()``, the analytic GFLOPs beside the traced ones.
+
+Example::
+
+    python tools/analysis/get_flops.py configs/segformer_afno_b3_cityscapes.py \
+        --shape 1024 1024 --out work_dirs/flops/afno_b3_1024
+
+The whole model is traced once with ``torch.jit`` on random input, batch 1 (about a minute for
+B3 at 1024 x 1024 on two CPU cores). Attention runs through a shape-only stand-in while tracing
+(the count depends on shapes only; full self-attention at 65,536 tokens would otherwise take
+minutes); ``--real-attention`` runs the real kernels.
+"""
+import argparse
+import time
+from pathlib import Path
+
+from mmengine import Config, DictAction
+from mmengine.registry import init_default_scope
+
+__all__ = ['analyze_config', 'build_segmentor', 'main', 'parse_args']
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description='FLOPs and parameters of a segmentor, per stage and component')
+    parser.add_argument('config', help='config file path')
+    parser.add_argument('--shape', type=int, nargs='+', default=[1024, 1024],
+                        help='input size: H W, or one number for a square (default: 1024 1024)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value (as in mmseg\'s tools)')
+    parser.add_argument('--out', help='write OUT.json and OUT.md (OUT may end in .json or .md)')
+    parser.add_argument('--device', default='cpu', help='device to trace on (default: cpu)')
+    parser.add_argument('--real-attention', action='store_true',
+                        help='run the real attention kernels while tracing (same count, slower)')
+    return parser.parse_args(argv)
+
+
+def image_shape(shape: list[int]) -> tuple[int, int]:
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    if len(shape) == 2:
+        return shape[0], shape[1]
+    raise ValueError(f'--shape takes H W or one size, got {shape}')
+
+
+def build_segmentor(config: str, cfg_options: dict | None = None):
+    """Build the model of ``config`` (weights are not loaded) and return ``(model, cfg)``."""
+    import afno_seg  # noqa: F401  (registers the backbone and mixers)
+    from mmseg.registry import MODELS
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    model = MODELS.build(cfg.model)
+    if getattr(model, 'auxiliary_head', None) is not None:
+        model.auxiliary_head = None  # training-only, as mmseg's get_flops
+    return model, cfg
+
+
+def analyze_config(config: str, shape: tuple[int, int], cfg_options: dict | None = None,
+                   device: str = 'cpu', real_attention: bool = False) -> dict:
+    """Build ``config`` and return :func:`afno_seg.analysis.breakdown.analyze_segmentor`'s result
+    with ``config``, ``cfg_options`` and ``trace_seconds`` added."""
+    from afno_seg.analysis.breakdown import analyze_segmentor
+    model, _ = build_segmentor(config, cfg_options)
+    start = time.perf_counter()
+    result = analyze_segmentor(model, shape, attention_stand_in=not real_attention,
+                               device=device)
+    result.update(config=str(config), cfg_options=cfg_options or {},
+                  trace_seconds=round(time.perf_counter() - start, 1))
+    return result
+
+
+def main(argv=None) -> dict:
+    from afno_seg.analysis.report import breakdown_markdown, summarize, write_report
+    args = parse_args(argv)
+    shape = image_shape(args.shape)
+    result = analyze_config(args.config, shape, args.cfg_options, args.device,
+                            args.real_attention)
+    result['summary'] = summarize(result)
+    options = ' '.join(f'{k}={v}' for k, v in (args.cfg_options or {}).items())
+    title = f'{Path(args.config).name} at {shape[0]}x{shape[1]}' + (
+        f' ({options})' if options else '')
+    markdown = breakdown_markdown(result, title)
+    print(markdown)
+    if args.out:
+        for path in write_report(args.out, result, markdown):
+            print(f'wrote {path}')
+    return result
+
+
+if __name__ == '__main__':
+    main()

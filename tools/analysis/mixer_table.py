@@ -1,0 +1,131 @@
+"""Paper-style cost table of the B3 Cityscapes configs, and the mixer complexity sweep.
+
+Default: trace every ``configs/segformer_*_b3_cityscapes.py`` at 1024 x 1024 (or the given
+``--configs``) with ``tools/analysis/get_flops.py``'s analysis and print one row per config:
+mixer, parameters (M), total GFLOPs (and GMACs), mixer GFLOPs split into FFT and the rest, the
+mixers' analytic GFLOPs, the decode head's share. Full self-attention is counted like the others
+(its attention products through the shape-only stand-in; see ``afno_seg.analysis.flops``).
+
+``--sweep`` instead prints the complexity table of every mixer at B3's stage-1 width (64 channels)
+on 32 x 32 ... 512 x 512 grids, analytic next to traced, and ``--plot`` draws it (log-log PNG).
+
+Examples::
+
+    python tools/analysis/mixer_table.py --out docs/generated/mixer_table_b3_1024
+    python tools/analysis/mixer_table.py --cfg-options model.decode_head.channels=256
+    python tools/analysis/mixer_table.py --sweep --plot docs/mixer_complexity.png \
+        --out docs/generated/mixer_complexity
+"""
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from mmengine import DictAction
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIGS = ['esa', 'sa', 'axial', 'afno', 'afno25', 'gfn', 'fnet', 'afno-esa-hybrid']
+
+
+def _get_flops_module():
+    """tools/analysis/get_flops.py, imported by path (tools are scripts, not a package)."""
+    path = Path(__file__).with_name('get_flops.py')
+    spec = importlib.util.spec_from_file_location('afno_seg_get_flops', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def default_configs() -> list[str]:
+    """The B3 Cityscapes configs: the known ones in a fixed order, then any others."""
+    found = sorted(ROOT.glob('configs/segformer_*_b3_cityscapes.py'))
+    order = {f'segformer_{name}_b3_cityscapes': i for i, name in enumerate(DEFAULT_CONFIGS)}
+    return [str(p) for p in sorted(found, key=lambda p: (order.get(p.stem, 99), p.stem))]
+
+
+def mixer_label(result: dict) -> str:
+    """The mixer type, or the per-stage types joined by '/' for hybrids."""
+    names = [next(iter(stage['mixers'])) if len(stage['mixers']) == 1 else
+             '+'.join(stage['mixers']) for stage in result['stages'].values()]
+    short = [name.replace('Mixer', '') for name in names]
+    return short[0] if len(set(short)) == 1 else ' / '.join(short)
+
+
+def table_markdown(results: list[dict]) -> str:
+    from afno_seg.analysis.report import summarize
+    lines = ['| config | mixer | params (M) | total GFLOPs (GMACs) | mixer GFLOPs | mixer FFT | '
+             'mixer rest | mixer analytic | decode head GFLOPs | trace (s) |',
+             '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
+    for result in results:
+        s = summarize(result)
+        name = Path(result['config']).stem.replace('segformer_', '').replace('_cityscapes', '')
+        lines.append(
+            f'| {name} | {mixer_label(result)} | {s["params_m"]:.1f} | '
+            f'{s["total_gflops"]:.1f} ({s["total_gmacs"]:.1f}) | {s["mixer_gflops"]:.2f} | '
+            f'{s["mixer_fft_gflops"]:.2f} | {s["mixer_rest_gflops"]:.2f} | '
+            f'{s["mixer_analytic_gflops"]:.2f} | {s["head_gflops"]:.1f} | '
+            f'{result["trace_seconds"]:.0f} |')
+    return '\n'.join(lines) + '\n'
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--configs', nargs='+', help='configs (default: all B3 Cityscapes ones)')
+    parser.add_argument('--shape', type=int, nargs='+', default=[1024, 1024],
+                        help='input size H W (default: 1024 1024)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override settings in every config, key=value')
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--real-attention', action='store_true',
+                        help='run real attention kernels while tracing (slow for full SA)')
+    parser.add_argument('--sweep', action='store_true',
+                        help='mixer complexity sweep at B3 stage-1 width instead of the configs')
+    parser.add_argument('--sizes', type=int, nargs='+', default=[32, 64, 128, 256, 512],
+                        help='--sweep grid sizes (square)')
+    parser.add_argument('--channels', type=int, default=64, help='--sweep width (default 64)')
+    parser.add_argument('--analytic-only', action='store_true', help='--sweep without tracing')
+    parser.add_argument('--plot', help='--sweep: write a log-log PNG here')
+    parser.add_argument('--out', help='write OUT.json and OUT.md')
+    return parser.parse_args(argv)
+
+
+def run_sweep(args) -> tuple[dict, str]:
+    from afno_seg.analysis.complexity import mixer_sweep, plot_sweep, sweep_markdown
+    records = mixer_sweep(args.sizes, args.channels, count=not args.analytic_only)
+    markdown = sweep_markdown(records)
+    if args.plot:
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        plot_sweep(records, args.plot, args.channels)
+    return dict(channels=args.channels, records=records), markdown
+
+
+def run_configs(args) -> tuple[dict, str]:
+    get_flops = _get_flops_module()
+    shape = get_flops.image_shape(args.shape)
+    results = []
+    for config in args.configs or default_configs():
+        print(f'tracing {config} at {shape[0]}x{shape[1]} ...', file=sys.stderr, flush=True)
+        results.append(get_flops.analyze_config(config, shape, args.cfg_options, args.device,
+                                                args.real_attention))
+    options = ' '.join(f'{k}={v}' for k, v in (args.cfg_options or {}).items())
+    title = f'B3 Cityscapes configs at {shape[0]}x{shape[1]}, batch 1' + (
+        f', {options}' if options else '')
+    return dict(shape=list(shape), results=results), f'### {title}\n\n' + table_markdown(results)
+
+
+def main(argv=None) -> dict:
+    from afno_seg.analysis.report import write_report
+    args = parse_args(argv)
+    payload, markdown = run_sweep(args) if args.sweep else run_configs(args)
+    print(markdown)
+    if args.out:
+        for path in write_report(args.out, payload, markdown):
+            print(f'wrote {path}')
+    if args.plot and args.sweep:
+        print(f'wrote {args.plot}')
+    return payload
+
+
+if __name__ == '__main__':
+    main()
