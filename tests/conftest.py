@@ -1,5 +1,7 @@
 """Shared fixtures: a tiny generated demo dataset and a runner for the tools as subprocesses."""
+import glob
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -39,3 +41,17 @@ def run_tool(*args, cwd=ROOT, timeout=600, env=None) -> subprocess.CompletedProc
     full_env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1', **(env or {}))
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=full_env)
+
+
+def check(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """Assert a tool run succeeded, showing the end of its output otherwise."""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+def metrics_of(work_dir) -> dict:
+    """The metrics JSON tools/test.py writes as work_dir/<timestamp>/<timestamp>.json."""
+    files = sorted(glob.glob(os.path.join(str(work_dir), '*', '*.json')))
+    assert files, f'no metrics json under {work_dir}'
+    with open(files[-1]) as f:
+        return json.load(f)

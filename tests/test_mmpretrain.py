@@ -31,7 +31,7 @@ from afno_seg.backbones.mit_checkpoint import load_pretrained_mit
 from afno_seg.backbones.mixer_vit import MixerViT
 from afno_seg.engine import DataRootError, check_data_roots, check_model_types
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
-from conftest import ROOT, TINY_CONFIG, load_script, run_tool
+from conftest import ROOT, TINY_CONFIG, check, metrics_of, load_script, run_tool
 
 CONFIG_DIR = ROOT / 'configs' / 'mmpretrain'
 IMAGENET_CONFIGS = sorted(glob.glob(str(CONFIG_DIR / '*.py')))
@@ -308,19 +308,6 @@ def data_options(root):
             for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
 
 
-def check(result):
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return result
-
-
-def metrics_of(work_dir):
-    files = sorted(glob.glob(os.path.join(work_dir, '*', '*.json')))
-    assert files, f'no metrics json under {work_dir}'
-    with open(files[-1]) as f:
-        return json.load(f)
-
-
-@pytest.fixture(scope='module')
 def classifier_checkpoint(tiny_imagenet, tmp_path_factory):
     """tools/train.py: the tiny config, 4 epochs of 10 iterations; returns the last checkpoint."""
     work_dir = tmp_path_factory.mktemp('cls')

@@ -2,7 +2,6 @@
 CPU autocast, and the clear errors for bad input. Tiny model and data (tests/configs/tiny_demo.py).
 """
 import glob
-import json
 import os
 import shutil
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_CONFIG, run_tool
+from conftest import TINY_CONFIG, check, metrics_of, run_tool
 
 
 def data_options(root):
@@ -19,19 +18,6 @@ def data_options(root):
     return ['--cfg-options'] + [f'{loader}.dataset.data_root={root}'
                                 for loader in ('train_dataloader', 'val_dataloader',
                                                'test_dataloader')]
-
-
-def check(result):
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return result
-
-
-def metrics_of(work_dir):
-    """The metrics JSON tools/test.py writes as work_dir/<timestamp>/<timestamp>.json."""
-    files = sorted(glob.glob(os.path.join(work_dir, '*', '*.json')))
-    assert files, f'no metrics json under {work_dir}'
-    with open(files[-1]) as f:
-        return json.load(f)
 
 
 def weights(path):

@@ -1,4 +1,4 @@
 """Dataset transforms of afno_seg (registered in mmseg's TRANSFORMS on import)."""
-from .transforms import BadSampleError, ValidateSegMap
+from .transforms import BadSampleError, BadSampleGuard, ValidateSegMap
 
-__all__ = ["BadSampleError", "ValidateSegMap"]
+__all__ = ["BadSampleError", "BadSampleGuard", "ValidateSegMap"]

@@ -1,11 +1,23 @@
-"""Data checks as mmcv transforms: a bad label file fails with its name and what is wrong."""
+"""Data checks as mmcv transforms: a bad image or label file fails with its name and what is wrong.
+
+- :class:`ValidateSegMap` checks a loaded label map (single channel, same size as its image,
+  values in the classes or the ignore index).
+- :class:`BadSampleGuard` wraps the loading transforms: an unreadable, empty, truncated or missing
+  file raises :class:`BadSampleError` naming the file and the cause, or, with ``on_bad='skip'``,
+  is skipped with a logged warning and a count (mmengine's dataset then draws another sample).
+"""
+import logging
+import os
+import os.path as osp
+
 import numpy as np
 from mmcv.transforms import BaseTransform
+from mmengine.logging import print_log
 from mmseg.registry import TRANSFORMS
 
 from ..engine.errors import UserError
 
-__all__ = ['BadSampleError', 'ValidateSegMap']
+__all__ = ['BadSampleError', 'BadSampleGuard', 'ValidateSegMap']
 
 
 class BadSampleError(UserError, ValueError):
@@ -32,6 +44,10 @@ class ValidateSegMap(BaseTransform):
     def transform(self, results: dict) -> dict:
         seg_map = results['gt_seg_map']
         path = results.get('seg_map_path', '<label map>')
+        if seg_map.ndim != 2:
+            raise BadSampleError(
+                f'{path}: label map has shape {seg_map.shape}, expected a single-channel image '
+                '(H, W) of train ids; an RGB/colour label (e.g. *_gtFine_color.png) is not one.')
         img_shape = results.get('ori_shape') or results.get('img_shape')
         if img_shape is not None and tuple(seg_map.shape[:2]) != tuple(img_shape[:2]):
             raise BadSampleError(
@@ -48,4 +64,89 @@ class ValidateSegMap(BaseTransform):
         return results
 
     def __repr__(self) -> str:
-        return f'{type(self).__name__}(num_classes={self.num_classes}, ignore_index={self.ignore_index})'
+        return (f'{type(self).__name__}(num_classes={self.num_classes}, '
+                f'ignore_index={self.ignore_index})')
+
+
+def _file_problem(path: str, cause: str) -> str:
+    """What is wrong with an image file that a loader could not read."""
+    if not osp.exists(path):
+        return 'file not found'
+    if osp.isdir(path):
+        return 'is a folder, not a file'
+    if not os.access(path, os.R_OK):
+        return 'file is not readable (permission denied)'
+    size = osp.getsize(path)
+    if size == 0:
+        return 'file is empty (0 bytes)'
+    return f'cannot be decoded ({size} bytes: truncated, or not an image file; {cause})'
+
+
+@TRANSFORMS.register_module()
+class BadSampleGuard(BaseTransform):
+    """Run loading/checking transforms; turn any failure into a message naming the file.
+
+    mmcv/mmseg's loaders fail on a bad file with errors that often name no file
+    (``AttributeError: 'NoneType' object has no attribute 'squeeze'``, ``OSError: image file is
+    truncated``, ``cannot identify image file <_io.BytesIO ...>``). Wrapped here, the error says
+    which file and what is wrong with it. With ``on_bad='skip'`` the sample is dropped instead:
+    the guard logs a warning, counts it and returns ``None``, and mmengine's ``BaseDataset``
+    draws another random index (train mode only, up to its ``max_refetch``; a test/val dataset
+    refuses ``None``, so keep ``'raise'`` there).
+
+    Args:
+        transforms (list[dict]): The transforms to guard, typically ``LoadImageFromFile``,
+            ``LoadAnnotations`` and ``ValidateSegMap``.
+        on_bad (str): ``'raise'`` (stop with :class:`BadSampleError`) or ``'skip'``.
+            Default: 'raise'.
+        max_skipped (int | None): With ``'skip'``, raise anyway once more than this many samples
+            were skipped in this data-loading process (a broken dataset, not a few bad files).
+            ``None`` = no limit. Default: 100.
+    """
+
+    def __init__(self, transforms: list, on_bad: str = 'raise', max_skipped: int | None = 100):
+        if on_bad not in ('raise', 'skip'):
+            raise ValueError(f"on_bad must be 'raise' or 'skip', got {on_bad!r}")
+        self.transforms = [TRANSFORMS.build(t) if isinstance(t, dict) else t for t in transforms]
+        self.on_bad = on_bad
+        self.max_skipped = max_skipped
+        self.skipped = 0  # per data-loading process (each worker counts its own)
+
+    def _problem(self, transform, results: dict, error: Exception) -> str:
+        if isinstance(error, BadSampleError):
+            return str(error)
+        name = type(transform).__name__
+        cause = f'{type(error).__name__}: {error}'.strip()
+        for kind, loader, key in (('image', 'LoadImage', 'img_path'),
+                                  ('label map', 'LoadAnnotations', 'seg_map_path')):
+            if loader in name and key in results:
+                path = results[key]
+                cause = cause.replace(f': {path}', '').replace(path, '<file>')
+                return f'{path}: {kind} {_file_problem(path, cause)}'
+        return (f'{results.get("img_path", "<sample>")} (label {results.get("seg_map_path")}): '
+                f'{name} failed ({cause})')
+
+    def transform(self, results: dict) -> dict | None:
+        for transform in self.transforms:
+            try:
+                results = transform(results)
+            except Exception as error:  # noqa: BLE001  (every loader error becomes a message)
+                problem = self._problem(transform, results, error)
+                if self.on_bad == 'raise':
+                    raise BadSampleError(problem) from error
+                self.skipped += 1
+                if self.max_skipped is not None and self.skipped > self.max_skipped:
+                    raise BadSampleError(
+                        f'more than max_skipped={self.max_skipped} bad samples skipped in this '
+                        f'process; the dataset looks broken. Last one: {problem}') from error
+                print_log(f'skipped bad sample {self.skipped} (in this data-loading process): '
+                          f'{problem}', logger='current', level=logging.WARNING)
+                return None
+            if results is None:  # a wrapped transform dropped the sample itself
+                return None
+        return results
+
+    def __repr__(self) -> str:
+        inner = ', '.join(repr(t) for t in self.transforms)
+        return (f'{type(self).__name__}(transforms=[{inner}], on_bad={self.on_bad!r}, '
+                f'max_skipped={self.max_skipped})')

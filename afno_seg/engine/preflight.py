@@ -3,8 +3,9 @@
 - :func:`check_data_roots`: every dataset a loop will read has its ``data_root`` and image folder;
   otherwise say which config key points where, what layout is expected and how to get the data or
   run the demo instead.
-- :func:`check_model_types`: every ``type=`` in ``cfg.model`` is registered; otherwise name the key
-  path and the closest registered names.
+- :func:`check_model_types`: every ``type=`` in ``cfg.model`` is registered in the ``MODELS`` of the
+  library ``cfg.default_scope`` names (mmseg or mmpretrain); otherwise name the key path and the
+  closest registered names.
 """
 import difflib
 import os.path as osp
@@ -38,17 +39,28 @@ class UnknownTypeError(UserError, KeyError):
         return str(self.args[0])
 
 
-def _datasets(dataset_cfg):
+def leaf_datasets(dataset_cfg):
     """Yield the leaf dataset configs of possibly wrapped ones (Repeat/Concat/ClassBalanced)."""
     if dataset_cfg is None:
         return
     if 'datasets' in dataset_cfg:
         for sub in dataset_cfg['datasets']:
-            yield from _datasets(sub)
+            yield from leaf_datasets(sub)
     elif 'dataset' in dataset_cfg:
-        yield from _datasets(dataset_cfg['dataset'])
+        yield from leaf_datasets(dataset_cfg['dataset'])
     else:
         yield dataset_cfg
+
+
+def image_folder(dataset) -> str:
+    """``data_root`` joined with the image prefix: mmseg's ``data_prefix.img_path``, or
+    mmpretrain's ``data_prefix`` string, or (ImageNet) the ``split`` name."""
+    prefix = dataset.get('data_prefix') or ''
+    if isinstance(prefix, dict):
+        prefix = prefix.get('img_path', '') or ''
+    if not prefix and dataset.get('split'):
+        prefix = dataset['split']
+    return osp.join(dataset.get('data_root', '') or '', prefix)
 
 
 def check_data_roots(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
@@ -59,13 +71,12 @@ def check_data_roots(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
         loader_cfg = cfg.get(loader)
         if not loader_cfg:
             continue
-        for dataset in _datasets(loader_cfg.get('dataset')):
+        for dataset in leaf_datasets(loader_cfg.get('dataset')):
             root = dataset.get('data_root', '') or ''
-            prefix = (dataset.get('data_prefix') or {}).get('img_path', '')
-            folder = osp.join(root, prefix)
+            folder = image_folder(dataset)
             if osp.isdir(folder):
                 continue
-            what = 'data_root' if not osp.isdir(root or '.') else 'data_prefix.img_path'
+            what = 'data_root' if not osp.isdir(root or '.') else 'data_prefix'
             message = (f'{source}: {loader}.dataset.{what} points to {folder!r}, which does not '
                        f'exist (working directory: {osp.abspath(".")}).')
             if 'Cityscapes' in str(dataset.get('type', '')):
@@ -90,10 +101,35 @@ def _all_names(registry) -> list[str]:
     return sorted(names)
 
 
+# Config keys under ``model`` whose ``type`` lives in another registry: weight initialisers
+# (WEIGHT_INITIALIZERS), mmpretrain's batch augmentations (``train_cfg.augments``: Mixup, CutMix).
+OTHER_REGISTRY_KEYS = ('init_cfg', 'augments')
+
+
+def models_registry_of(cfg: Config):
+    """The ``MODELS`` registry of the library the config's ``default_scope`` names (mmseg if unset).
+
+    mmseg's and mmpretrain's ``MODELS`` are siblings under mmengine's root, so an mmpretrain-only
+    type such as ``ImageClassifier`` is unknown to mmseg's registry and vice versa.
+    """
+    import importlib
+    scope = cfg.get('default_scope', None) or 'mmseg'
+    try:
+        return importlib.import_module(f'{scope}.registry').MODELS
+    except (ImportError, AttributeError) as error:
+        raise UserError(f'{cfg.filename or "the config"}: default_scope={scope!r} names no '
+                        f'installed OpenMMLab library with a MODELS registry ({error})') from error
+
+
 def check_model_types(cfg: Config, registry=None) -> None:
-    """Raise :class:`UnknownTypeError` for an unregistered ``type`` in ``cfg.model``."""
+    """Raise :class:`UnknownTypeError` for an unregistered ``type`` in ``cfg.model``.
+
+    Args:
+        cfg (Config): The config; its ``default_scope`` selects the registry.
+        registry (Registry, optional): Look types up here instead. Default: None.
+    """
     if registry is None:
-        from mmseg.registry import MODELS as registry
+        registry = models_registry_of(cfg)
     source = cfg.filename or 'the config'
 
     def visit(node, path):
@@ -103,11 +139,12 @@ def check_model_types(cfg: Config, registry=None) -> None:
                 close = difflib.get_close_matches(name, _all_names(registry), n=5, cutoff=0.5)
                 hint = f' Did you mean: {", ".join(close)}?' if close else ''
                 raise UnknownTypeError(
-                    f'{source}: {path}.type={name!r} is not a registered model component.{hint} '
+                    f'{source}: {path}.type={name!r} is not a registered model component '
+                    f'(scope {registry.scope!r}).{hint} '
                     "Check the spelling, and that the config has custom_imports = "
                     "dict(imports=['afno_seg'], allow_failed_imports=False) for afno_seg's modules.")
             for key, value in node.items():
-                if key != 'init_cfg':  # initialisers live in another registry
+                if key not in OTHER_REGISTRY_KEYS:
                     visit(value, f'{path}.{key}')
         elif isinstance(node, (list, tuple)):
             for index, value in enumerate(node):

@@ -11,6 +11,7 @@ from .device import adapt_config_to_device
 from .distributed import init_cpu_process_group
 from .errors import UserError
 from .preflight import check_data_roots, check_model_types
+from .run_checks import check_splits_not_empty, check_work_dir
 
 __all__ = ['build_runner', 'load_config', 'run_tool']
 
@@ -32,9 +33,11 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
 
 
 def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
-    """Check data and model types, adapt to the device, join a CPU process group, build."""
+    """Check data, work_dir, model types; adapt to the device, join a CPU process group, build."""
     distributed = cfg.launcher != 'none'
     check_data_roots(cfg, loaders)
+    check_splits_not_empty(cfg, loaders)
+    check_work_dir(cfg.work_dir)
     check_model_types(cfg)
     adapt_config_to_device(cfg, distributed=distributed)
     if distributed and cfg.launcher == 'pytorch' and not torch.cuda.is_available():

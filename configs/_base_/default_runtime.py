@@ -15,3 +15,10 @@ load_from = None
 resume = False
 
 tta_model = dict(type='SegTTAModel')
+
+# afno_seg's reliability hooks (docs/reliability.md): RNG states saved in and restored from every
+# checkpoint so --resume continues exactly; a non-finite loss stops training naming the iteration
+# and the first module with a non-finite output (under fp16 loss scaling the step is skipped).
+custom_hooks = [dict(type='RandomStateHook'), dict(type='NonFiniteLossHook')]
+# A fixed seed: mmengine re-seeds after building the samplers, so seed=None breaks exact resume.
+randomness = dict(seed=0)

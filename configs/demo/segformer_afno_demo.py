@@ -50,9 +50,10 @@ model = dict(
 dataset_type = 'CityscapesDataset'
 data_root = 'data/demo_cityscapes/'
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations'),
-    dict(type='ValidateSegMap', num_classes=num_classes),
+    dict(type='BadSampleGuard', on_bad='raise', transforms=[
+        dict(type='LoadImageFromFile'),
+        dict(type='LoadAnnotations'),
+        dict(type='ValidateSegMap', num_classes=num_classes)]),
     dict(type='RandomResize', scale=(512, 256), ratio_range=(0.75, 1.5), keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
     dict(type='RandomFlip', prob=0.5),
@@ -60,10 +61,11 @@ train_pipeline = [
     dict(type='PackSegInputs')
 ]
 test_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='BadSampleGuard', transforms=[dict(type='LoadImageFromFile')]),
     dict(type='Resize', scale=(512, 256), keep_ratio=True),
-    dict(type='LoadAnnotations'),
-    dict(type='ValidateSegMap', num_classes=num_classes),
+    dict(type='BadSampleGuard', transforms=[
+        dict(type='LoadAnnotations'),
+        dict(type='ValidateSegMap', num_classes=num_classes)]),
     dict(type='PackSegInputs')
 ]
 train_dataloader = dict(
@@ -91,7 +93,7 @@ val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
 test_evaluator = val_evaluator
 
 # AdamW as SegFormer, with a higher lr for a short from-scratch run.
-max_iters = 1000
+max_iters = 800
 optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01),
@@ -111,7 +113,9 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=20, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=250, max_keep_ckpts=2),
+    checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False, interval=200, max_keep_ckpts=2),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
+# Reliability (docs/reliability.md): exact resume, stop on a non-finite loss.
+custom_hooks = [dict(type='RandomStateHook'), dict(type='NonFiniteLossHook')]
 randomness = dict(seed=0)

@@ -7,19 +7,21 @@ model = dict(
     backbone=dict(embed_dims=16, drop_path_rate=0.0),
     decode_head=dict(in_channels=[16, 32, 80, 128], channels=32, dropout_ratio=0.0))
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations'),
-    dict(type='ValidateSegMap', num_classes=19),
+    dict(type='BadSampleGuard', on_bad='raise', transforms=[
+        dict(type='LoadImageFromFile'),
+        dict(type='LoadAnnotations'),
+        dict(type='ValidateSegMap', num_classes=19)]),
     dict(type='RandomResize', scale=(128, 64), ratio_range=(0.75, 1.5), keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
     dict(type='RandomFlip', prob=0.5),
     dict(type='PackSegInputs')
 ]
 test_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='BadSampleGuard', transforms=[dict(type='LoadImageFromFile')]),
     dict(type='Resize', scale=(128, 64), keep_ratio=True),
-    dict(type='LoadAnnotations'),
-    dict(type='ValidateSegMap', num_classes=19),
+    dict(type='BadSampleGuard', transforms=[
+        dict(type='LoadAnnotations'),
+        dict(type='ValidateSegMap', num_classes=19)]),
     dict(type='PackSegInputs')
 ]
 train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,

@@ -6,9 +6,14 @@
 dataset_type = 'CityscapesDataset'
 data_root = 'data/cityscapes/'
 crop_size = (1024, 1024)
+# BadSampleGuard: a bad image or label fails naming the file and the problem (ValidateSegMap:
+# values outside the 19 train ids and 255, or a size unlike the image's). For a long run that
+# should drop bad samples instead: --cfg-options train_dataloader.dataset.pipeline.0.on_bad=skip
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations'),
+    dict(type='BadSampleGuard', on_bad='raise', transforms=[
+        dict(type='LoadImageFromFile'),
+        dict(type='LoadAnnotations'),
+        dict(type='ValidateSegMap', num_classes=19)]),
     dict(
         type='RandomResize',
         scale=(2048, 1024),
@@ -20,10 +25,12 @@ train_pipeline = [
     dict(type='PackSegInputs')
 ]
 test_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='BadSampleGuard', transforms=[dict(type='LoadImageFromFile')]),
     dict(type='Resize', scale=(2048, 1024), keep_ratio=True),
     # annotations are loaded after Resize: the metric compares at the original resolution
-    dict(type='LoadAnnotations'),
+    dict(type='BadSampleGuard', transforms=[
+        dict(type='LoadAnnotations'),
+        dict(type='ValidateSegMap', num_classes=19)]),
     dict(type='PackSegInputs')
 ]
 img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]

@@ -1,0 +1,157 @@
+"""``AtomicCheckpointHook``: mmengine's CheckpointHook with a crash-safe order of writes.
+
+mmengine 0.10.7's ``CheckpointHook._save_checkpoint_with_step``
+
+1. deletes the oldest kept checkpoint (when ``max_keep_ckpts`` is reached),
+2. writes the new ``iter_N.pth`` (through the file backend),
+3. writes ``last_checkpoint`` with a plain ``open(..., 'w')`` (not through the backend).
+
+Killed between 1 and 2 with ``max_keep_ckpts=1``, the work_dir has no checkpoint at all and
+``last_checkpoint`` names a deleted file; killed during 3, ``last_checkpoint`` is empty and
+``--resume`` reads ``''``. This hook writes the new checkpoint first (atomically, see
+:mod:`~afno_seg.engine.atomic_io`), then ``last_checkpoint`` (atomically), and only then deletes
+outdated checkpoints, so at every instant ``last_checkpoint`` names a complete file.
+
+Before training it also removes temporary files left by a killed save, checks that the output
+folder has room for one more checkpoint (estimated from the model and optimizer) and warns when it
+cannot hold all the checkpoints the run will keep.
+
+Enable it in a config::
+
+    default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False,
+                                         interval=16000, max_keep_ckpts=2))
+"""
+import os.path as osp
+import shutil
+
+import torch
+from mmengine.dist import is_main_process
+from mmengine.hooks import CheckpointHook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+from .atomic_io import atomic_write, format_size, remove_stale_temp_files
+from .errors import UserError
+
+__all__ = ['AtomicCheckpointHook', 'DiskSpaceError', 'estimate_checkpoint_bytes']
+
+# meta (the config text, dataset metainfo), message_hub and pickling overhead, generously.
+CHECKPOINT_OVERHEAD_BYTES = 2_000_000
+
+
+class DiskSpaceError(UserError):
+    """The checkpoint folder cannot hold one more checkpoint."""
+
+
+def _optimizer_state_factor(optimizer: torch.optim.Optimizer) -> int:
+    """How many parameter-sized tensors the optimizer keeps per parameter (its saved state)."""
+    defaults = getattr(optimizer, 'defaults', {})
+    if 'betas' in defaults:  # Adam, AdamW, NAdam, ...: exp_avg, exp_avg_sq (+ max_exp_avg_sq)
+        return 3 if defaults.get('amsgrad') else 2
+    if 'momentum' in defaults:  # SGD, RMSprop: one momentum buffer when momentum is used
+        return 1 if defaults['momentum'] else 0
+    return 2  # unknown optimizer: assume Adam-like
+
+
+def estimate_checkpoint_bytes(model: torch.nn.Module, optim_wrapper=None,
+                              save_optimizer: bool = True) -> dict[str, int]:
+    """Estimate the size of one checkpoint: weights + buffers, optimizer state, overhead.
+
+    Returns:
+        dict: ``{'model': ..., 'optimizer': ..., 'overhead': ..., 'total': ...}`` in bytes.
+    """
+    if is_model_wrapper(model):
+        model = model.module
+    model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()
+                      if isinstance(t, torch.Tensor))
+    optimizer_bytes = 0
+    if save_optimizer and optim_wrapper is not None:
+        wrappers = optim_wrapper.values() if hasattr(optim_wrapper, 'values') else [optim_wrapper]
+        for wrapper in wrappers:
+            optimizer = wrapper.optimizer
+            factor = _optimizer_state_factor(optimizer)
+            optimizer_bytes += factor * sum(
+                p.numel() * p.element_size() for group in optimizer.param_groups
+                for p in group['params'] if p.requires_grad)
+    total = model_bytes + optimizer_bytes + CHECKPOINT_OVERHEAD_BYTES
+    return dict(model=model_bytes, optimizer=optimizer_bytes,
+                overhead=CHECKPOINT_OVERHEAD_BYTES, total=total)
+
+
+def free_bytes(folder: str) -> int:
+    """Free bytes on the file system of ``folder`` (a seam the tests replace)."""
+    return shutil.disk_usage(folder).free
+
+
+@HOOKS.register_module()
+class AtomicCheckpointHook(CheckpointHook):
+    """``CheckpointHook`` that never lets ``last_checkpoint`` name a partial or deleted file.
+
+    Takes exactly :class:`mmengine.hooks.CheckpointHook`'s arguments. Local ``out_dir`` only for
+    the free-space check (a remote backend skips it).
+    """
+
+    def before_train(self, runner) -> None:
+        super().before_train(runner)
+        if not is_main_process() or '://' in str(self.out_dir):
+            return
+        for path in remove_stale_temp_files(self.out_dir) + remove_stale_temp_files(
+                runner.work_dir):
+            runner.logger.warning(f'removed {path}, left by a save that was interrupted')
+        self._check_free_space(runner)
+
+    def _remaining_saves(self, runner) -> int:
+        if self.by_epoch:
+            left = runner.max_epochs - runner.epoch
+        else:
+            left = runner.max_iters - runner.iter
+        count = max(left, 0) // max(self.interval, 1) + (1 if self.save_last else 0)
+        return min(count, self.max_keep_ckpts) if self.max_keep_ckpts > 0 else count
+
+    def _check_free_space(self, runner) -> None:
+        estimate = estimate_checkpoint_bytes(runner.model, runner.optim_wrapper,
+                                             self.save_optimizer)
+        free = free_bytes(self.out_dir)
+        one = estimate['total']
+        described = (f'one checkpoint needs about {format_size(one)} (weights and buffers '
+                     f'{format_size(estimate["model"])}, optimizer state '
+                     f'{format_size(estimate["optimizer"])})')
+        if free < one:
+            raise DiskSpaceError(
+                f'not enough free space in {self.out_dir} to save a checkpoint: {described}, '
+                f'and the disk has {format_size(free)} free. Free some space, or set '
+                'default_hooks.checkpoint.out_dir (or --work-dir) to another disk.')
+        kept = self._remaining_saves(runner)
+        if free < kept * one:
+            runner.logger.warning(
+                f'{self.out_dir}: {described}; this run keeps up to {kept} of them '
+                f'({format_size(kept * one)}) but the disk has {format_size(free)} free. A save '
+                'that runs out of space stops training with an error; earlier checkpoints stay.')
+
+    def _save_checkpoint_with_step(self, runner, step, meta):
+        outdated = []
+        if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids
+                                            and self.keep_ckpt_ids[-1] == step):
+            if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
+                outdated.append(self.keep_ckpt_ids.popleft())
+            self.keep_ckpt_ids.append(step)
+            runner.message_hub.update_info('keep_ckpt_ids', list(self.keep_ckpt_ids))
+
+        ckpt_filename = self.filename_tmpl.format(step)
+        self.last_ckpt = self.file_backend.join_path(self.out_dir, ckpt_filename)
+        runner.message_hub.update_info('last_ckpt', self.last_ckpt)
+        runner.save_checkpoint(
+            self.out_dir, ckpt_filename, self.file_client_args,
+            save_optimizer=self.save_optimizer, save_param_scheduler=self.save_param_scheduler,
+            meta=meta, by_epoch=self.by_epoch, backend_args=self.backend_args, **self.args)
+        if not is_main_process():
+            return
+        # Only now, with the new file complete, point last_checkpoint at it ...
+        atomic_write(self.last_ckpt, osp.join(runner.work_dir, 'last_checkpoint'))
+        # ... and only then delete what it no longer needs.
+        for old_step in outdated:
+            path = self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old_step))
+            if self.file_backend.isfile(path):
+                self.file_backend.remove(path)
+            elif self.file_backend.isdir(path):  # checkpoints saved by deepspeed are folders
+                self.file_backend.rmtree(path)

@@ -1,0 +1,146 @@
+"""``RandomStateHook``: a resumed run draws the same random numbers as one that never stopped.
+
+What mmengine 0.10.7 restores on ``--resume``: weights, optimizer (and the AMP loss scaler inside
+``AmpOptimWrapper``'s state dict), parameter schedulers, the iteration counter and the seed; and
+``IterBasedTrainLoop`` fast-forwards the data loader through the ``iter`` batches already trained,
+which replays the data pipeline's random draws (crops, flips, photometric jitter, in the main
+process or in workers that are seeded from the same seed). What it does not restore: the
+global torch (CPU and CUDA) generators used by the model (dropout, drop-path), which a resumed
+run restarts from the seed, so its masks differ from the uninterrupted run's from then on; and
+validation draws (a data loader iterator consumes the torch generator), which shift every
+later draw of the uninterrupted run.
+
+This hook:
+
+* saves ``checkpoint['rng_state']``: the torch CPU (and current CUDA device) generator state at
+  the save, and the Python ``random`` / NumPy states each rank had when training started (the
+  start of the stream the fast-forward replays);
+* on a resume from that checkpoint, sets the Python/NumPy states back to that start before the
+  fast-forward (so the replay is exact even when the seed is not fixed or something consumed
+  random numbers while the run was built), and the torch state just before the first resumed
+  iteration;
+* makes validation during training consume no random numbers: the states are saved before and
+  restored after it, so validating (or not, as around a resume) does not change training.
+
+Limits: the config must fix ``randomness.seed``; with ``seed=None`` mmengine re-seeds on resume
+only after the samplers were built with a fresh random seed, so the sample order differs (the
+hook warns). With several processes, the torch state restored on every rank is rank 0's; ranks share
+it anyway unless ``randomness.diff_rank_seed=True`` (then the torch state is not restored, with a
+warning). Data-pipeline transforms that draw from torch's generator in the main process are not
+replayed exactly. Enable with ``custom_hooks = [dict(type='RandomStateHook')]``.
+"""
+import random
+
+import numpy as np
+import torch
+from mmengine.dist import all_gather_object, get_rank, get_world_size
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+__all__ = ['RandomStateHook', 'get_random_state', 'set_random_state', 'torch_random_state']
+
+
+def torch_random_state() -> dict:
+    """torch CPU and (if initialised) current-CUDA-device generator states."""
+    state = dict(torch=torch.get_rng_state())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state()
+    return state
+
+
+def get_random_state() -> dict:
+    """Python, NumPy, torch CPU and (if initialised) current-CUDA-device generator states."""
+    return dict(python=random.getstate(), numpy=np.random.get_state(), **torch_random_state())
+
+
+def set_random_state(state: dict) -> None:
+    """Inverse of :func:`get_random_state` for the generators present in ``state``."""
+    if 'python' in state:
+        random.setstate(state['python'])
+    if 'numpy' in state:
+        np.random.set_state(state['numpy'])
+    if 'torch' in state:
+        torch.set_rng_state(state['torch'].cpu())
+    if 'cuda' in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state['cuda'].cpu())
+
+
+def _data_stream_state() -> dict:
+    return dict(python=random.getstate(), numpy=np.random.get_state())
+
+
+@HOOKS.register_module()
+class RandomStateHook(Hook):
+    """Save and restore random-generator states with checkpoints (see the module docstring)."""
+
+    priority = 'VERY_HIGH'  # before_train_iter: set the state before anything else draws
+
+    def __init__(self) -> None:
+        self._loaded = None  # rng_state of the checkpoint being resumed, until it is applied
+        self._loaded_iter = None
+        # Per-rank Python/NumPy states at the start of training; [] = unknown (not restorable).
+        self._data_start = None
+        self._pending_torch = None
+        self._in_training = False
+        self._around_val = None
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        self._loaded = checkpoint.get('rng_state')
+        self._loaded_iter = checkpoint.get('meta', {}).get('iter')
+        if self._loaded is None:
+            runner.logger.warning(
+                'checkpoint has no rng_state (saved without RandomStateHook): after a resume, '
+                'dropout/drop-path draws restart from the seed, unlike an uninterrupted run.')
+
+    def before_train(self, runner) -> None:
+        self._in_training = True
+        world_size, rank = get_world_size(), get_rank()
+        loaded = self._loaded
+        if loaded is not None and runner.iter > 0 and runner.iter == self._loaded_iter:
+            if len(loaded['data_start']) == world_size:
+                self._data_start = loaded['data_start']
+                set_random_state(self._data_start[rank])
+            else:
+                runner.logger.warning(
+                    f'rng_state holds data-stream states of {len(loaded["data_start"])} '
+                    f'processes, this run has {world_size}: Python/NumPy states not restored.')
+                self._data_start = []
+            diff_rank_seed = (runner.cfg.get('randomness') or {}).get('diff_rank_seed', False)
+            if world_size > 1 and diff_rank_seed:
+                runner.logger.warning('diff_rank_seed=True with several processes: the torch '
+                                      'generator state is not restored (it differs per rank).')
+            else:
+                self._pending_torch = {k: v for k, v in loaded.items() if k in ('torch', 'cuda')}
+            runner.logger.info(f'restored random generator states of iteration {runner.iter}')
+            if (runner.cfg.get('randomness') or {}).get('seed') is None:
+                runner.logger.warning(
+                    'randomness.seed is not set: mmengine re-seeds on resume only after the data '
+                    'samplers were built with a new random seed, so the sample order from here on '
+                    'differs from the uninterrupted run. Set randomness=dict(seed=...) for an '
+                    'exact continuation.')
+        self._loaded = None
+        if self._data_start is None:
+            local = _data_stream_state()
+            self._data_start = all_gather_object(local) if world_size > 1 else [local]
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        # After the fast-forward and the fetch of this batch: only the model's generators.
+        if self._pending_torch is not None:
+            set_random_state(self._pending_torch)
+            self._pending_torch = None
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint['rng_state'] = dict(**torch_random_state(), data_start=self._data_start,
+                                       world_size=get_world_size())
+
+    def before_val(self, runner) -> None:
+        if self._in_training:
+            self._around_val = get_random_state()
+
+    def after_val(self, runner) -> None:
+        if self._around_val is not None:
+            set_random_state(self._around_val)
+            self._around_val = None
+
+    def after_train(self, runner) -> None:
+        self._in_training = False
