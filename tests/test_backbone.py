@@ -4,6 +4,7 @@ import copy
 import logging
 import re
 import sys
+import uuid
 from collections import OrderedDict
 from pathlib import Path
 
@@ -285,7 +286,9 @@ def mm_log():
     messages = []
     handler = logging.Handler(level=logging.DEBUG)
     handler.emit = lambda record: messages.append(record.getMessage())
-    logger = MMLogger.get_current_instance()
+    # A fresh current logger at DEBUG: earlier tests may have left a current instance whose
+    # level filters INFO out (a Runner built with log_level='WARNING', say).
+    logger = MMLogger.get_instance(f'test_backbone_{uuid.uuid4().hex}', log_level='DEBUG')
     logger.addHandler(handler)
     yield messages
     logger.removeHandler(handler)

@@ -11,7 +11,6 @@
 """
 import copy
 import glob
-import json
 import math
 import os
 import re
@@ -31,7 +30,7 @@ from afno_seg.backbones.mit_checkpoint import load_pretrained_mit
 from afno_seg.backbones.mixer_vit import MixerViT
 from afno_seg.engine import DataRootError, check_data_roots, check_model_types
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
-from conftest import ROOT, TINY_CONFIG, check, metrics_of, load_script, run_tool
+from conftest import ROOT, TINY_CONFIG, check, load_script, metrics_of, run_tool
 
 CONFIG_DIR = ROOT / 'configs' / 'mmpretrain'
 IMAGENET_CONFIGS = sorted(glob.glob(str(CONFIG_DIR / '*.py')))
@@ -308,6 +307,7 @@ def data_options(root):
             for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
 
 
+@pytest.fixture(scope='module')
 def classifier_checkpoint(tiny_imagenet, tmp_path_factory):
     """tools/train.py: the tiny config, 4 epochs of 10 iterations; returns the last checkpoint."""
     work_dir = tmp_path_factory.mktemp('cls')
