@@ -1,0 +1,351 @@
+"""Training-step time and memory, and inference throughput, of whole SegFormer-B3 segmentors.
+
+For each config (default: every ``configs/segformer_*_b3_cityscapes.py``) the full segmentor is
+built with random weights (no pretrained file, no dataset; SyncBN replaced by BN for one
+process) and its config's optimizer (AdamW with the paramwise settings). All models are built
+first and then stepped in turns, one training step of each per round, so that every config sees
+the same machine load; likewise for inference. Recorded per config:
+
+* ``train_s``: seconds of ``model.train_step`` (data preprocessing, forward, loss, backward,
+  optimizer step) on ``--batch`` random images and labels at ``--crop``, median [min-max] over
+  the rounds after ``--warmup``;
+* ``step_peak_mb``: peak memory of one step beyond what was allocated before it (activations,
+  gradients, temporaries; on CPU from the profiler's allocation events, on CUDA from
+  ``max_memory_allocated``), and ``state_mb``: parameters plus optimizer state (held between
+  steps);
+* ``infer_img_s``: images per second of ``model(inputs, mode='tensor')`` in eval mode without
+  gradients (the decode head's logits at 1/4 resolution; no resize, no sliding window).
+
+GlobalFilterMixer stores its filters at the backbone's ``base_img_size`` grids; it is set to the
+crop here, as when training at that crop. Precision: ``--amp none`` (fp32 ``OptimWrapper``),
+``fp16`` or ``bf16`` (``AmpOptimWrapper`` with that dtype, dynamic loss scale for fp16; autocast
+at inference). Default: none on CPU, the config's fp16 on CUDA.
+
+Usage::
+
+    python tools/analysis/benchmark_model.py --crop 512                 # CPU, all B3 configs
+    python tools/analysis/benchmark_model.py --device cuda --crop 1024  # GPU, fp16
+    python tools/analysis/benchmark_model.py --quick --out /tmp/b       # seconds: B0-sized, 64 px
+"""
+import argparse
+import csv
+import glob
+import logging
+import os
+import os.path as osp
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+for path in (ROOT, osp.dirname(osp.abspath(__file__))):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from benchmark_mixers import environment, error_text, load_average  # noqa: E402
+
+FIELDS = ['config', 'mixers', 'device', 'amp', 'crop', 'batch', 'params_m', 'status', 'train_s',
+          'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
+          'infer_img_s', 'infer_times_s']
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--configs', nargs='+', help='config files (default: every '
+                        'configs/segformer_*_b3_cityscapes.py)')
+    parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
+    parser.add_argument('--amp', choices=['none', 'fp16', 'bf16'],
+                        help='default: none on CPU, fp16 on CUDA')
+    parser.add_argument('--crop', type=int, default=512, help='square crop size')
+    parser.add_argument('--batch', type=int, default=2)
+    parser.add_argument('--iters', type=int, default=3, help='timed training rounds')
+    parser.add_argument('--warmup', type=int, default=1, help='untimed training rounds first')
+    parser.add_argument('--infer-iters', type=int, default=3, help='timed inference rounds '
+                        '(after one untimed); 0 skips inference')
+    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+    parser.add_argument('--no-memory', action='store_true')
+    parser.add_argument('--quick', action='store_true', help='smoke test: arch b0 with a '
+                        '32-channel head, 64 px crop, batch 1, 1 round, no warm-up')
+    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
+    parser.add_argument('--tag', default='', help='suffix of the output file names')
+    args = parser.parse_args(argv)
+    args.command = ' '.join(['python', osp.relpath(osp.abspath(sys.argv[0]), ROOT)] +
+                            list(sys.argv[1:] if argv is None else argv))
+    args.configs = args.configs or sorted(
+        glob.glob(osp.join(ROOT, 'configs', 'segformer_*_b3_cityscapes.py')))
+    args.amp = args.amp or ('none' if args.device == 'cpu' else 'fp16')
+    if args.quick:
+        args.crop, args.batch, args.iters, args.warmup = 64, 1, 1, 0
+        args.infer_iters = min(args.infer_iters, 1)
+    return args
+
+
+def prepare_cfg(path: str, args: argparse.Namespace):
+    from mmengine.config import Config
+    cfg = Config.fromfile(path)
+    backbone = cfg.model.backbone
+    backbone.init_cfg = None  # random weights: no pretrained file needed
+    if 'base_img_size' in backbone:
+        backbone.base_img_size = args.crop
+    cfg.model.data_preprocessor.size = (args.crop, args.crop)
+    if args.quick:
+        from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
+        backbone.arch = 'b0'
+        sizes = ARCH_SETTINGS['b0']
+        cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
+        cfg.model.decode_head.channels = 32
+    optim_wrapper = dict(cfg.optim_wrapper)
+    optim_wrapper.pop('loss_scale', None)
+    if args.amp == 'none':
+        optim_wrapper['type'] = 'OptimWrapper'
+    else:
+        optim_wrapper['type'] = 'AmpOptimWrapper'
+        optim_wrapper['dtype'] = 'float16' if args.amp == 'fp16' else 'bfloat16'
+        if args.amp == 'fp16':
+            optim_wrapper['loss_scale'] = 'dynamic'
+    cfg.optim_wrapper = optim_wrapper
+    return cfg
+
+
+def random_batch(args, num_classes: int, generator: torch.Generator) -> dict:
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    crop, inputs, samples = args.crop, [], []
+    for _ in range(args.batch):
+        inputs.append(torch.randint(0, 256, (3, crop, crop), dtype=torch.uint8,
+                                    generator=generator))
+        cells = torch.randint(0, num_classes, (1, crop // 16 + 1, crop // 16 + 1),
+                              generator=generator)  # blocky labels, 16 px cells
+        label = cells.repeat_interleave(16, 1).repeat_interleave(16, 2)[:, :crop, :crop]
+        sample = SegDataSample(gt_sem_seg=PixelData(data=label))
+        sample.set_metainfo(dict(img_shape=(crop, crop), ori_shape=(crop, crop),
+                                 pad_shape=(crop, crop)))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+class Entry:
+    """One config's model, optimizer wrapper and measurements."""
+
+    def __init__(self, path: str, args: argparse.Namespace, device: torch.device) -> None:
+        from mmengine.model import revert_sync_batchnorm
+        from mmengine.optim import build_optim_wrapper
+        from mmseg.registry import MODELS
+        self.cfg = prepare_cfg(path, args)
+        mixers = self.cfg.model.backbone.mixers
+        mixers = [mixers] if isinstance(mixers, dict) else mixers
+        self.row = dict(config=osp.basename(path), device=args.device, amp=args.amp,
+                        crop=args.crop, batch=args.batch, status='ok',
+                        mixers='/'.join(m['type'].replace('Mixer', '') for m in mixers))
+        self.model = revert_sync_batchnorm(MODELS.build(self.cfg.model))
+        self.model.init_weights()
+        self.model = self.model.to(device).train()
+        self.row['params_m'] = sum(p.numel() for p in self.model.parameters()) / 1e6
+        self.optim_wrapper = build_optim_wrapper(self.model, self.cfg.optim_wrapper)
+        self.generator = torch.Generator().manual_seed(0)
+        self.train_times, self.infer_times, self.peak = [], [], 0.0
+
+    def batch(self, args) -> dict:
+        return random_batch(args, self.cfg.model.decode_head.num_classes, self.generator)
+
+    def train_step(self, data) -> None:
+        self.model.train()
+        self.model.train_step(data, self.optim_wrapper)
+
+    def state_bytes(self) -> float:
+        tensors = list(self.model.parameters()) + list(self.model.buffers())
+        for state in self.optim_wrapper.optimizer.state.values():
+            tensors += [v for v in state.values() if torch.is_tensor(v)]
+        return float(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def timed(fn, device: torch.device) -> float:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def step_peak_bytes(entry: Entry, data: dict, device: torch.device) -> float:
+    """Peak memory of one training step beyond what was allocated before it."""
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        entry.train_step(data)
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.max_memory_allocated(device) - base)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        entry.train_step(data)
+    current = peak = 0
+    for event in sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns()):
+        if event.name() == '[memory]' and event.device_type() == torch.autograd.DeviceType.CPU:
+            current += event.nbytes()
+            peak = max(peak, current)
+    return float(peak)
+
+
+def inference_inputs(entry: Entry, args, device: torch.device) -> torch.Tensor:
+    data = entry.model.data_preprocessor(entry.batch(args), False)
+    return data['inputs'].to(device)
+
+
+def run(args: argparse.Namespace, device: torch.device, entries: list, failed: list) -> None:
+    """Build every model, then train and infer in rounds; fills ``entries`` and ``failed``."""
+    for path in args.configs:
+        try:
+            entries.append(Entry(path, args, device))
+        except Exception as error:  # noqa: BLE001  (record it, go on with the next config)
+            failed.append(dict(config=osp.basename(path), status=error_text(error)))
+    print(f'built {len(entries)} models', flush=True)
+    live = list(entries)
+    for round_index in range(args.warmup + args.iters):
+        for entry in (live if round_index % 2 == 0 else live[::-1]):
+            data = entry.batch(args)
+            try:
+                seconds = timed(lambda: entry.train_step(data), device)
+            except Exception as error:  # noqa: BLE001  (e.g. out of memory)
+                entry.row['status'] = error_text(error)
+                live.remove(entry)
+                continue
+            if round_index >= args.warmup:
+                entry.train_times.append(seconds)
+            print(f"  train round {round_index} {entry.row['config']}: {seconds:.3f} s",
+                  flush=True)
+    if not args.no_memory:
+        for entry in live:
+            entry.peak = step_peak_bytes(entry, entry.batch(args), device)
+    if args.infer_iters:
+        measure_inference([e for e in live], args, device)
+
+
+def measure_inference(entries: list[Entry], args, device: torch.device) -> None:
+    autocast = (torch.autocast(device.type, dtype=torch.float16 if args.amp == 'fp16'
+                               else torch.bfloat16) if args.amp != 'none' else None)
+    inputs = {id(e): inference_inputs(e, args, device) for e in entries}
+    for entry in entries:
+        entry.model.eval()
+        entry.optim_wrapper.zero_grad()  # free gradients before inference
+    for round_index in range(1 + args.infer_iters):
+        for entry in (entries if round_index % 2 == 0 else entries[::-1]):
+            def forward(entry=entry):
+                with torch.no_grad():
+                    if autocast is None:
+                        entry.model(inputs[id(entry)], mode='tensor')
+                    else:
+                        with torch.autocast(device.type, dtype=autocast.fast_dtype):
+                            entry.model(inputs[id(entry)], mode='tensor')
+            try:
+                seconds = timed(forward, device)
+            except Exception as error:  # noqa: BLE001
+                entry.row['status'] = error_text(error)
+                continue
+            if round_index:
+                entry.infer_times.append(seconds)
+
+
+def finish_row(entry: Entry, args) -> dict:
+    row = dict(entry.row)
+    if entry.train_times:
+        row.update(train_s=statistics.median(entry.train_times), train_min_s=min(entry.train_times),
+                   train_max_s=max(entry.train_times),
+                   train_times_s=';'.join(f'{t:.4f}' for t in entry.train_times))
+    if not args.no_memory:
+        row.update(step_peak_mb=entry.peak / 2**20, state_mb=entry.state_bytes() / 2**20)
+    if entry.infer_times:
+        row.update(infer_img_s=args.batch / statistics.median(entry.infer_times),
+                   infer_times_s=';'.join(f'{t:.4f}' for t in entry.infer_times))
+    return row
+
+
+def paired_train_ratios(entries: list[Entry], reference: str) -> dict[str, tuple]:
+    """Per config: median [min, max] over rounds of (its step time / the reference's)."""
+    ref = next((e for e in entries if e.row['config'] == reference and e.train_times), None)
+    if ref is None:
+        return {}
+    out = {}
+    for entry in entries:
+        if entry.train_times and len(entry.train_times) == len(ref.train_times):
+            ratios = [a / b for a, b in zip(entry.train_times, ref.train_times)]
+            out[entry.row['config']] = (statistics.median(ratios), min(ratios), max(ratios))
+    return out
+
+
+def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[str]:
+    os.makedirs(args.out, exist_ok=True)
+    stem = osp.join(args.out, f'models_{args.device}{args.tag}')
+    with open(stem + '.csv', 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f'{v:.4g}' if isinstance(v, float) else v)
+                             for k, v in row.items() if k in FIELDS})
+    reference = 'segformer_esa_b3_cityscapes.py'
+    lines = [f'# SegFormer segmentors: training step and inference, {args.device}', '',
+             f'Command: `{args.command}`', '',
+             f'Environment: {environment(args.device)}; torch threads {torch.get_num_threads()}; '
+             f'crop {args.crop}x{args.crop}, batch {args.batch}, amp {args.amp}; training: '
+             f'{args.warmup} warm-up + {args.iters} timed rounds, inference: 1 + '
+             f'{args.infer_iters}, configs interleaved; started {started}; load average '
+             f'{load_before} at start, {load_after} at end.', '',
+             '| config | mixers | params M | train step s (median [min-max]) | step / ESA step '
+             '| step peak MB | state MB | inference img/s | status |',
+             '|---|---|---|---|---|---|---|---|---|']
+    for row in rows:
+        ratio = ratios.get(row['config'])
+        train = (f"{row['train_s']:.3f} [{row['train_min_s']:.3f}-{row['train_max_s']:.3f}]"
+                 if 'train_s' in row else '')
+        lines.append(
+            f"| {row['config']} | {row.get('mixers', '')} | "
+            f"{row.get('params_m', float('nan')):.1f} | {train} | "
+            f"{'' if ratio is None else f'{ratio[0]:.2f} [{ratio[1]:.2f}-{ratio[2]:.2f}]'} | "
+            f"{row.get('step_peak_mb', float('nan')):.0f} | {row.get('state_mb', float('nan')):.0f}"
+            f" | {row.get('infer_img_s', float('nan')):.2f} | {row['status']} |")
+    with open(stem + '.md', 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+    print('\n'.join(lines))
+    return [stem + '.csv', stem + '.md']
+
+
+def main(argv=None) -> int:
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
+
+    import afno_seg  # noqa: F401  (registers backbones and mixers)
+    args = parse_args(argv)
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        print('error: --device cuda but no CUDA device', file=sys.stderr)
+        return 1
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    if device.type == 'cuda':
+        torch.backends.cudnn.benchmark = True  # fixed input size, as the configs' env_cfg
+    init_default_scope('mmseg')
+    MMLogger.get_current_instance().setLevel(logging.WARNING)
+    logging.getLogger('mmengine').setLevel(logging.WARNING)
+    started, load_before = time.strftime('%Y-%m-%d %H:%M:%S %Z'), load_average()
+    entries, failed, interrupted = [], [], False
+    try:
+        run(args, device, entries, failed)
+    except KeyboardInterrupt:  # e.g. a time limit: write what was measured
+        interrupted = True
+        args.command += '  (INTERRUPTED: partial results)'
+        print('interrupted: writing what was measured so far', flush=True)
+    rows = [finish_row(e, args) for e in entries] + failed
+    ratios = paired_train_ratios(entries, 'segformer_esa_b3_cityscapes.py')
+    written = write_outputs(rows, ratios, args, started, load_before, load_average())
+    print('wrote ' + ', '.join(written))
+    if interrupted:
+        return 3
+    return 0 if all(r['status'] == 'ok' for r in rows) else 2
+
+
+if __name__ == '__main__':
+    sys.exit(main())
