@@ -55,4 +55,9 @@ def run_tool(main: Callable[[], None]) -> int:
     except UserError as error:
         print(f'error: {error}', file=sys.stderr)
         return 1
+    finally:
+        # Leave the process group explicitly: a gloo group still alive at interpreter exit can
+        # abort a rank ("terminate called without an active exception") after the work is done.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return 0
