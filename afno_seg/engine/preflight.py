@@ -52,6 +52,15 @@ def leaf_datasets(dataset_cfg):
         yield dataset_cfg
 
 
+def loader_datasets(cfg: Config, loaders):
+    """Yield ``(loader name, leaf dataset config)`` for the loaders the config has."""
+    for loader in loaders:
+        loader_cfg = cfg.get(loader)
+        if loader_cfg:
+            for dataset in leaf_datasets(loader_cfg.get('dataset')):
+                yield loader, dataset
+
+
 def image_folder(dataset) -> str:
     """``data_root`` joined with the image prefix: mmseg's ``data_prefix.img_path``, or
     mmpretrain's ``data_prefix`` string, or (ImageNet) the ``split`` name."""
@@ -67,21 +76,17 @@ def check_data_roots(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
                                             'test_dataloader')) -> None:
     """Raise :class:`DataRootError` if a dataset folder of the given loaders is missing."""
     source = cfg.filename or 'the config'
-    for loader in loaders:
-        loader_cfg = cfg.get(loader)
-        if not loader_cfg:
+    for loader, dataset in loader_datasets(cfg, loaders):
+        root = dataset.get('data_root', '') or ''
+        folder = image_folder(dataset)
+        if osp.isdir(folder):
             continue
-        for dataset in leaf_datasets(loader_cfg.get('dataset')):
-            root = dataset.get('data_root', '') or ''
-            folder = image_folder(dataset)
-            if osp.isdir(folder):
-                continue
-            what = 'data_root' if not osp.isdir(root or '.') else 'data_prefix'
-            message = (f'{source}: {loader}.dataset.{what} points to {folder!r}, which does not '
-                       f'exist (working directory: {osp.abspath(".")}).')
-            if 'Cityscapes' in str(dataset.get('type', '')):
-                message += '\n' + CITYSCAPES_HELP.format(root=root.rstrip('/') or 'data/cityscapes')
-            raise DataRootError(message)
+        what = 'data_root' if not osp.isdir(root or '.') else 'data_prefix'
+        message = (f'{source}: {loader}.dataset.{what} points to {folder!r}, which does not '
+                   f'exist (working directory: {osp.abspath(".")}).')
+        if 'Cityscapes' in str(dataset.get('type', '')):
+            message += '\n' + CITYSCAPES_HELP.format(root=root.rstrip('/') or 'data/cityscapes')
+        raise DataRootError(message)
 
 
 def _registered(registry, name: str) -> bool:

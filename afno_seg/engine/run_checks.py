@@ -18,7 +18,7 @@ from contextlib import suppress
 from mmengine.config import Config
 
 from .errors import UserError
-from .preflight import image_folder, leaf_datasets
+from .preflight import image_folder, loader_datasets
 
 __all__ = ['EmptySplitError', 'WorkDirError', 'check_splits_not_empty', 'check_work_dir']
 
@@ -82,35 +82,31 @@ def check_splits_not_empty(cfg: Config, loaders=('train_dataloader', 'val_datalo
                                                  'test_dataloader')) -> None:
     """Raise :class:`EmptySplitError` for a split without samples (folders that exist)."""
     source = cfg.filename or 'the config'
-    for loader in loaders:
-        loader_cfg = cfg.get(loader)
-        if not loader_cfg:
-            continue
-        for dataset in leaf_datasets(loader_cfg.get('dataset')):
-            root = dataset.get('data_root', '') or ''
-            ann_file = dataset.get('ann_file', '') or ''
-            if ann_file:
-                path = ann_file if osp.isabs(ann_file) else osp.join(root, ann_file)
-                if osp.isfile(path):
-                    with open(path) as file:
-                        if not any(line.strip() for line in file):
-                            raise EmptySplitError(
-                                f'{source}: {loader}.dataset.ann_file {path} lists no sample '
-                                '(the file is empty); the split would have no data.')
-                    continue
-            folder = image_folder(dataset)
-            if not osp.isdir(folder):
-                continue  # a missing folder is check_data_roots' business
-            if cfg.get('default_scope', None) == 'mmpretrain':
-                suffix = tuple(dataset.get('extensions') or MMPRETRAIN_EXTENSIONS)
-                ignore_case = True
-            else:
-                suffix = dataset.get('img_suffix') or _default_argument(dataset.get('type'),
-                                                                        'img_suffix', '.jpg')
-                ignore_case = False
-            if not _has_file_with_suffix(folder, suffix, ignore_case):
-                raise EmptySplitError(
-                    f'{source}: {loader}.dataset has no samples: no file ending in {suffix!r} '
-                    f'under {folder} (searched recursively). Check data_root, '
-                    'data_prefix.img_path and img_suffix, or regenerate the data (for Cityscapes: '
-                    'leftImg8bit/<split>/<city>/*_leftImg8bit.png).')
+    for loader, dataset in loader_datasets(cfg, loaders):
+        root = dataset.get('data_root', '') or ''
+        ann_file = dataset.get('ann_file', '') or ''
+        if ann_file:
+            path = ann_file if osp.isabs(ann_file) else osp.join(root, ann_file)
+            if osp.isfile(path):
+                with open(path) as file:
+                    if not any(line.strip() for line in file):
+                        raise EmptySplitError(
+                            f'{source}: {loader}.dataset.ann_file {path} lists no sample '
+                            '(the file is empty); the split would have no data.')
+                continue
+        folder = image_folder(dataset)
+        if not osp.isdir(folder):
+            continue  # a missing folder is check_data_roots' business
+        if cfg.get('default_scope', None) == 'mmpretrain':
+            suffix = tuple(dataset.get('extensions') or MMPRETRAIN_EXTENSIONS)
+            ignore_case = True
+        else:
+            suffix = dataset.get('img_suffix') or _default_argument(dataset.get('type'),
+                                                                    'img_suffix', '.jpg')
+            ignore_case = False
+        if not _has_file_with_suffix(folder, suffix, ignore_case):
+            raise EmptySplitError(
+                f'{source}: {loader}.dataset has no samples: no file ending in {suffix!r} '
+                f'under {folder} (searched recursively). Check data_root, '
+                'data_prefix.img_path and img_suffix, or regenerate the data (for Cityscapes: '
+                'leftImg8bit/<split>/<city>/*_leftImg8bit.png).')
