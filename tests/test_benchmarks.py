@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from afno_seg.mixers import AFNOMixer
+from afno_seg.mixers import AFNOMixer, GlobalFilterMixer
 from afno_seg.mixers.spectral import (hermitian_column_weight, spectrum_to_grid,
                                       tokens_to_spectrum, transposed_copy)
 
@@ -76,6 +76,18 @@ def test_transposed_copy_matches_permute():
     assert torch.equal(transposed_copy(strided), strided.transpose(1, 2))
 
 
+def fused_and_composed(mixer, x, hw, params):
+    """``[(out, grads of x and params)]`` with ``mixer.fused`` True, then False; the same random
+    output gradient (seed 1) for both."""
+    grad = torch.randn(*x.shape, dtype=x.dtype, generator=torch.Generator().manual_seed(1))
+    results = []
+    for fused in (True, False):
+        mixer.fused = fused
+        out = mixer(x, hw)
+        results.append((out, torch.autograd.grad(out, [x, *params], grad)))
+    return results
+
+
 @pytest.mark.parametrize('hw', [(6, 8), (5, 7), (4, 1)])
 @pytest.mark.parametrize('fraction, factor', [(1.0, 1), (1.0, 2), (0.5, 1), (0.25, 2)])
 def test_fused_afno_equals_composed(hw, fraction, factor):
@@ -88,13 +100,7 @@ def test_fused_afno_equals_composed(hw, fraction, factor):
         for param in mixer.parameters():
             param.mul_(20.0)
     x = torch.randn(2, hw[0] * hw[1], 8, dtype=torch.float64, requires_grad=True)
-    grad = torch.randn(2, hw[0] * hw[1], 8, dtype=torch.float64)
-    results = []
-    for fused in (True, False):
-        mixer.fused = fused
-        out = mixer(x, hw)
-        results.append((out, torch.autograd.grad(out, [x, *mixer.parameters()], grad)))
-    (out, grads), (ref_out, ref_grads) = results
+    (out, grads), (ref_out, ref_grads) = fused_and_composed(mixer, x, hw, list(mixer.parameters()))
     torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=1e-10)
     for name, got, expected in zip(['x', 'w1', 'b1', 'w2', 'b2'], grads, ref_grads):
         assert got.shape == expected.shape, name
@@ -189,6 +195,16 @@ def test_mixer_benchmark_skips_predicted_slow_points(tmp_path):
     assert status[('afno', '8')].startswith('skipped: predicted')
 
 
+def test_mixer_benchmark_plots_without_memory(tmp_path):
+    """--no-memory leaves peak MB at 0: the plot has no memory panel (log axis of zeros)."""
+    code = benchmark_mixers.main(['--quick', '--out', str(tmp_path), '--dtypes', 'fp32',
+                                  '--stages', '1', '--mixers', 'gfn', 'gfn-composed',
+                                  '--references', 'fft', '--no-memory'])
+    assert code == 0
+    assert (tmp_path / 'mixers_cpu_fp32.png').stat().st_size > 1000
+    assert 'gfn-composed/gfn' in (tmp_path / 'mixers_cpu.md').read_text()
+
+
 def test_model_benchmark_quick(tmp_path):
     configs = [osp.join(ROOT, 'configs', f'segformer_{name}_b3_cityscapes.py')
                for name in ('afno', 'esa')]
@@ -223,3 +239,22 @@ def test_gpu_script_dry_run(tmp_path):
     for name in ('mixers_cpu.csv', 'mixers_cpu.md', 'models_cpu_none.csv', 'models_cpu_none.md',
                  'env.txt'):
         assert (out / name).stat().st_size > 0, name
+
+
+@pytest.mark.parametrize('hw, base', [((6, 8), (6, 8)), ((5, 7), (5, 7)), ((4, 1), (4, 1)),
+                                      ((6, 10), (4, 6))])
+def test_fused_gfn_equals_composed(hw, base):
+    """GFN's written-out backward gives the composed path's output and both gradients, also
+    when the filter is resampled from another grid."""
+    torch.manual_seed(0)
+    mixer = GlobalFilterMixer(6, base_hw_shape=base).double()
+    x = torch.randn(3, hw[0] * hw[1], 6, dtype=torch.float64, requires_grad=True)
+    (out, grads), (ref_out, ref_grads) = fused_and_composed(mixer, x, hw, [mixer.complex_weight])
+    torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=1e-10)
+    for name, got, expected in zip(['x', 'complex_weight'], grads, ref_grads):
+        torch.testing.assert_close(got, expected, atol=1e-11, rtol=1e-9, msg=name)
+        assert got.abs().sum() > 0, name
+    mixer.fused = True  # the filter alone: no gradient for x asked, none computed
+    grad = torch.randn(*x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    (only_filter,) = torch.autograd.grad(mixer(x.detach(), hw), [mixer.complex_weight], grad)
+    torch.testing.assert_close(only_filter, ref_grads[1], atol=1e-11, rtol=1e-9)

@@ -47,10 +47,17 @@ def shape_only_attention() -> Iterator[None]:
         F.scaled_dot_product_attention = original
 
 
+class _NoGradients(tuple):
+    """``ctx.needs_input_grad`` of the stand-in: False at every index, whatever the inputs."""
+
+    def __getitem__(self, index) -> bool:
+        return False
+
+
 class _ForwardOnlyContext:
     """``ctx`` for a custom autograd Function's forward run inline: takes attributes, saves
     nothing (the analysis never runs backward)."""
-    needs_input_grad: tuple = ()
+    needs_input_grad: tuple = _NoGradients()
     saved_tensors: tuple = ()
 
     def save_for_backward(self, *tensors) -> None:

@@ -2,6 +2,7 @@
 from .atomic_io import AtomicLocalBackend, SaveError, atomic_write, remove_stale_temp_files
 from .checkpoint import CheckpointError, load_local_checkpoint
 from .checkpoint_hook import AtomicCheckpointHook, DiskSpaceError, estimate_checkpoint_bytes
+from .cpu_memory import cache_freed_cpu_memory
 from .device import adapt_config_to_device
 from .distributed import DeviceAwareDistributedDataParallel, init_cpu_process_group
 from .errors import UserError
@@ -20,6 +21,6 @@ __all__ = [
     'remove_stale_temp_files', 'set_random_state',
     'CheckpointError', 'CPUAutocastOptimWrapper', 'DataRootError', 'DeviceAwareDistributedDataParallel',
     'UnknownTypeError', 'UserError', 'adapt_config_to_device', 'check_data_roots',
-    'build_runner', 'check_model_types', 'init_cpu_process_group', 'load_config',
+    'build_runner', 'cache_freed_cpu_memory', 'check_model_types', 'init_cpu_process_group', 'load_config',
     'load_local_checkpoint', 'run_tool'
 ]

@@ -7,6 +7,7 @@ import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
+from .cpu_memory import cache_freed_cpu_memory
 from .device import adapt_config_to_device
 from .distributed import init_cpu_process_group
 from .errors import UserError
@@ -33,13 +34,16 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
 
 
 def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
-    """Check data, work_dir, model types; adapt to the device, join a CPU process group, build."""
+    """Check data, work_dir, model types; adapt to the device (on a CPU also the allocator, see
+    :mod:`.cpu_memory`), join a CPU process group, build."""
     distributed = cfg.launcher != 'none'
     check_data_roots(cfg, loaders)
     check_splits_not_empty(cfg, loaders)
     check_work_dir(cfg.work_dir)
     check_model_types(cfg)
     adapt_config_to_device(cfg, distributed=distributed)
+    if not torch.cuda.is_available():
+        cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
     if distributed and cfg.launcher == 'pytorch' and not torch.cuda.is_available():
         init_cpu_process_group()
     if 'runner_type' in cfg:

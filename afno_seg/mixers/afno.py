@@ -9,11 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import register_model
+from .afno_fused import FusedAFNO, block_matrix, complex_bias
 from .base import TokenMixer
-from torch.autograd.function import once_differentiable
-
 from .spectral import (SpectralBand, grid_to_tokens, rfft2_flops, run_in_fp32, spectrum_to_grid,
-                       tokens_to_grid, tokens_to_spectrum, transposed_copy)
+                       tokens_to_grid, tokens_to_spectrum)
 
 __all__ = ['AFNOMixer']
 
@@ -47,10 +46,10 @@ class AFNOMixer(TokenMixer):
       4 real multiply-adds per complex one, as the real block form ``[[Wr, Wi], [-Wi, Wr]]``
       would take) on channels-first modes, the layout torch's FFTs work in, so no copy sits
       between the FFTs and the GEMMs. The default (``fused``) path is one autograd function
-      with a hand-written backward (:class:`_FusedAFNO`): grid ``(C, B, H, W)`` so that a
-      block's modes of the whole batch are one matrix, no conjugated GEMM operands, no
-      spectrum-sized temporaries beyond the GEMM outputs. On the development CPU (1 thread,
-      B3 stage sizes) it ran 1.05-1.4x faster than the composed path and took 1.25-1.4x the
+      with a hand-written backward (:class:`~.afno_fused.FusedAFNO`): grid ``(C, B, H, W)``
+      so that a block's modes of the whole batch are one matrix, no conjugated GEMM operands,
+      no spectrum-sized temporaries beyond the GEMM outputs. On the development CPU (1 thread,
+      B3 stage sizes) it ran 1.2-1.3x faster than the composed path and took 1.1-1.35x the
       time of a bare FFT round trip plus one matmul of the same multiply-adds
       (``BENCHMARKS.md``).
     * Numerics: spectral work in float32 with autocast off, result cast back to the input dtype.
@@ -73,8 +72,8 @@ class AFNOMixer(TokenMixer):
         shrink (str): ``'split'`` (real and imaginary parts) or ``'magnitude'`` (phase-keeping).
             Default: ``'split'``.
         fused (bool): With ``shrink='split'``, run the mixer as one autograd function with a
-            hand-written backward (:class:`_FusedAFNO`); ``False`` composes it from torch ops
-            (the reference it is tested against; also what ``'magnitude'`` always uses).
+            hand-written backward (:class:`~.afno_fused.FusedAFNO`); ``False`` composes it from
+            torch ops (the reference it is tested against; also what ``'magnitude'`` uses).
             Default: True.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
@@ -117,7 +116,7 @@ class AFNOMixer(TokenMixer):
         if self.fused and self.shrink == 'split':
             weights = [p.to(x.dtype) for p in (self.w1, self.b1, self.w2, self.b2)]
             keep = torch.is_grad_enabled() and any(t.requires_grad for t in [x, *weights])
-            return _FusedAFNO.apply(x, *weights, hw_shape, band, self.sparsity_threshold, keep)
+            return FusedAFNO.apply(x, *weights, hw_shape, band, self.sparsity_threshold, keep)
         modes = self.mode_mlp(band.gather(tokens_to_spectrum(x, hw_shape)))
         # Composed from differentiable ops (the reference of the fused path).
         return grid_to_tokens(tokens_to_grid(x, hw_shape) + spectrum_to_grid(band.scatter(modes),
@@ -140,7 +139,7 @@ class AFNOMixer(TokenMixer):
     def _complex_layer(tokens: Tensor, weight: Tensor, bias: Tensor, batch: int) -> Tensor:
         """``z W + b`` per block, as ONE complex GEMM: ``(B k, d_in, M) -> (B k, d_out, M)``."""
         dtype = tokens.real.dtype
-        return _block_affine(_block_matrix(weight, dtype), bias.to(dtype), tokens, batch)
+        return _block_affine(block_matrix(weight, dtype), bias.to(dtype), tokens, batch)
 
     def _shrink(self, out: Tensor) -> Tensor:
         """Soft-shrink complex ``out`` by ``sparsity_threshold`` (split or magnitude)."""
@@ -162,134 +161,12 @@ class AFNOMixer(TokenMixer):
         }
 
 
-def _block_matrix(weight: Tensor, dtype: torch.dtype) -> Tensor:
-    """Released layout ``(2, k, d_in, d_out)`` -> complex ``(k, d_out, d_in)``, channels-first."""
-    return torch.complex(weight[0].to(dtype), weight[1].to(dtype)).transpose(1, 2)
-
-
 def _per_sample(tensor: Tensor, batch: int) -> Tensor:
     """Repeat a per-block ``(k, ...)`` tensor over the batch -> ``(B k, ...)`` (tiny copies)."""
     return tensor.expand(batch, *tensor.shape).reshape(-1, *tensor.shape[1:])
 
 
-def _complex_bias(bias: Tensor) -> Tensor:
-    """Released layout ``(2, k, d)`` -> complex ``(k, d, 1)``."""
-    return torch.complex(bias[0], bias[1]).unsqueeze(-1)
-
-
 def _block_affine(matrix: Tensor, bias: Tensor, tokens: Tensor, batch: int) -> Tensor:
     """``matrix @ tokens + bias`` per block: one batched complex GEMM with the bias fused."""
-    return torch.baddbmm(_per_sample(_complex_bias(bias), batch), _per_sample(matrix, batch),
+    return torch.baddbmm(_per_sample(complex_bias(bias), batch), _per_sample(matrix, batch),
                          tokens)
-
-
-def _edge_columns(modes: Tensor, width: int) -> Tensor:
-    """The kept half-spectrum columns whose Hermitian weight is 1 (column 0 and, for even
-    ``width``, the Nyquist column) of ``(..., cols)`` modes, as a small contiguous copy."""
-    if width % 2 == 0 and modes.shape[-1] == width // 2 + 1 and modes.shape[-1] > 1:
-        return modes[..., ::modes.shape[-1] - 1].contiguous()
-    return modes[..., :1].contiguous()
-
-
-def _hermitian_sum(product, grad: Tensor, other: Tensor, cols: int, width: int) -> Tensor:
-    """``sum over modes of (1/w) product(grad, other)``: 2x the sum over all kept modes minus the
-    edge columns (``w`` = 1/2 on all columns but the edges, see :mod:`.spectral`).
-
-    ``grad`` and ``other``: ``(k, d, B*rows*cols)``; ``product`` maps two such to the sum.
-    """
-    blocks = grad.shape[0]
-    edge_grad = _edge_columns(grad.view(blocks, grad.shape[1], -1, cols), width)
-    edge_other = None if other is None else _edge_columns(
-        other.view(blocks, other.shape[1], -1, cols), width).view(blocks, other.shape[1], -1)
-    return 2 * product(grad, other) - product(edge_grad.view(blocks, grad.shape[1], -1),
-                                              edge_other)
-
-
-def _released_layout_grad(conj_grad: Tensor) -> Tensor:
-    """Gradient of a complex parameter given ``conj`` of it -> real ``(2, ...)`` (re, im)."""
-    return torch.stack((conj_grad.real, -conj_grad.imag))
-
-
-def _tokens_to_channel_rows(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """Tokens ``(B, H*W, C)`` -> ``(C, B, H, W)``: one 2-D transpose of the ``(B*H*W, C)``
-    matrix, so that each block's modes of the whole batch are one contiguous matrix."""
-    batch, tokens, channels = x.shape
-    return transposed_copy(x.reshape(1, batch * tokens, channels)).view(channels, batch, *hw_shape)
-
-
-def _channel_rows_to_tokens(grid: Tensor) -> Tensor:
-    """``(C, B, H, W)`` -> tokens ``(B, H*W, C)`` (the inverse of the above)."""
-    channels, batch = grid.shape[:2]
-    return transposed_copy(grid.reshape(1, channels, -1)).view(batch, -1, channels)
-
-
-class _FusedAFNO(torch.autograd.Function):
-    """The whole split-shrink AFNO mixer with a hand-written backward (the composed path's maths,
-    about half its memory traffic on CPU).
-
-    Layout: the grid is ``(C, B, H, W)`` (one 2-D transpose of the tokens), so block ``j``'s
-    modes of the whole batch are one ``(d, B*M)`` matrix and each complex layer is one GEMM per
-    block, bias fused (``baddbmm``), weights shared over the batch without copies.
-
-    Backward in terms of ``conj`` of the gradients (``g~ = conj(g)``), so that no GEMM operand
-    needs conjugating: for ``a = M z + b``, ``g~z = M^T g~a`` and ``conj(dM) = g~a z^T``. The
-    input path needs no Hermitian column weights at all (``irfft2(w . J^H(rfft2(dY) / w))`` with
-    ``J^H`` acting per mode is ``irfft2(J^H(rfft2(dY)))``); only the parameter gradients do,
-    ``2 * (sum over modes) - (sum over the edge columns)`` (:func:`_hermitian_sum`). So the
-    spectrum-sized work beyond the transforms is: the GEMMs, ReLU and shrink in place, and in
-    backward one fused pass for each of their masks, two in-place conjugations and the
-    residual's add. Saved for backward: the modes, the hidden layer (also the ReLU mask) and the
-    shrink output (whose zeros are the shrink mask).
-    """
-
-    @staticmethod
-    def forward(ctx, x, w1, b1, w2, b2, hw_shape, band, threshold, keep_for_backward):
-        blocks = w1.shape[1]
-        modes = band.gather(torch.fft.rfft2(_tokens_to_channel_rows(x, hw_shape), norm='ortho'))
-        tokens = modes.view(blocks, -1, modes[0].numel())  # (k, d, B*M)
-        matrix1, matrix2 = _block_matrix(w1, x.dtype), _block_matrix(w2, x.dtype)
-        hidden = torch.baddbmm(_complex_bias(b1), matrix1, tokens)
-        torch.view_as_real(hidden).relu_()  # split ReLU, in place on the GEMM output
-        out = torch.baddbmm(_complex_bias(b2), matrix2, hidden)
-        out_real = torch.view_as_real(out)
-        torch._C._nn.softshrink(out_real, threshold, out=out_real)  # split soft-shrink
-        if keep_for_backward:
-            ctx.save_for_backward(tokens, hidden, out, matrix1, matrix2)
-        ctx.hw_shape, ctx.band = hw_shape, band
-        mixed = torch.fft.irfft2(band.scatter(out.view(modes.shape)), s=hw_shape, norm='ortho')
-        # The residual is added to the tokens, so the transposed copy of x is already freed.
-        return _channel_rows_to_tokens(mixed).add_(x)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        tokens, hidden, out, matrix1, matrix2 = ctx.saved_tensors
-        hw_shape, band = ctx.hw_shape, ctx.band
-        width, cols = hw_shape[1], band.n_cols
-        spectrum = band.gather(torch.fft.rfft2(_tokens_to_channel_rows(grad_out, hw_shape),
-                                               norm='ortho'))  # (C, B, rows, cols), ours
-        grad = spectrum.view(tokens.shape)  # rfft2(dY), the shrink output's gradient up to 1/w
-        grad_real = torch.view_as_real(grad)
-        # Soft-shrink: the gradient passes exactly where the output is non-zero.
-        torch.ops.aten.softshrink_backward.grad_input(grad_real, torch.view_as_real(out), 0.0,
-                                                      grad_input=grad_real)
-        grad.conj_physical_()
-        bmm_t = lambda a, b: torch.bmm(a, b.mT)  # noqa: E731
-        summed = lambda a, _: a.sum(-1)  # noqa: E731
-        grad_m2 = _hermitian_sum(bmm_t, grad, hidden, cols, width)
-        grad_b2 = _hermitian_sum(summed, grad, None, cols, width)
-        grad_hidden = torch.bmm(matrix2.mT, grad)
-        hidden_real = torch.view_as_real(grad_hidden)
-        torch.ops.aten.threshold_backward.grad_input(hidden_real, torch.view_as_real(hidden), 0,
-                                                     grad_input=hidden_real)  # split ReLU
-        grad_m1 = _hermitian_sum(bmm_t, grad_hidden, tokens, cols, width)
-        grad_b1 = _hermitian_sum(summed, grad_hidden, None, cols, width)
-        # Into the (dead) rfft2(dY) buffer: one large allocation fewer, which on CPU saves the
-        # page faults of fresh memory (allocations this size are mmap'd anew each time).
-        torch.bmm(matrix1.mT, grad_hidden, out=grad).conj_physical_()  # irfft2's input
-        del grad_hidden, hidden_real, grad_real  # free before the next large allocations
-        grad_x = torch.fft.irfft2(band.scatter(spectrum), s=hw_shape, norm='ortho')
-        del grad, spectrum
-        return (_channel_rows_to_tokens(grad_x).add_(grad_out), _released_layout_grad(grad_m1.mT),
-                _released_layout_grad(grad_b1), _released_layout_grad(grad_m2.mT),
-                _released_layout_grad(grad_b2), None, None, None, None)

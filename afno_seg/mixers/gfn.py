@@ -6,11 +6,13 @@ References:
 """
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ..registry import register_model
 from .base import TokenMixer
-from .spectral import (grid_to_tokens, rfft2_flops, run_in_fp32, signed_frequencies,
-                       spectrum_to_grid, tokens_to_spectrum)
+from .spectral import (channels_first_grid, grid_to_tokens, hermitian_column_weight,
+                       rfft2_flops, run_in_fp32, signed_frequencies, spectrum_to_grid,
+                       tokens_from_channels_first, tokens_to_spectrum)
 
 __all__ = ['GlobalFilterMixer', 'resample_filter']
 
@@ -80,7 +82,10 @@ class GlobalFilterMixer(TokenMixer):
     on 1024 x 1024 crops runs on whole 1024 x 2048 images; set ``base_hw_shape`` to the stage's
     training grid (e.g. 256 x 256 for stage 1 of SegFormer at a 1024 crop).
 
-    Numerics: float32 with autocast off, result cast back to the input dtype.
+    Numerics: float32 with autocast off, result cast back to the input dtype. By default
+    (``fused``) the transforms and the product are one autograd function whose backward is
+    written out (:class:`_SpectralFilter`); ``fused=False`` composes them from differentiable
+    pieces (the reference it is tested against).
     Parameters: ``2 H0 (W0 // 2 + 1) C``. Cost per image (:meth:`flops`): ``rfft2 + irfft2 =
     2 * 2.5 C HW log2(HW)``, plus 6 FLOPs per complex product, ``6 C H (W // 2 + 1)`` (the filter
     resize is element-wise and batch-independent; not counted).
@@ -88,12 +93,14 @@ class GlobalFilterMixer(TokenMixer):
     Args:
         embed_dims (int): Channels C.
         base_hw_shape (tuple[int, int]): Grid at which the filter is stored. Default: (64, 64).
+        fused (bool): One autograd function with a hand-written backward. Default: True.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
     def __init__(self, embed_dims: int, base_hw_shape: tuple[int, int] = (64, 64),
-                 init_cfg: dict | None = None) -> None:
+                 fused: bool = True, init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
+        self.fused = bool(fused)
         self.base_hw_shape = tuple(int(size) for size in base_hw_shape)
         if len(self.base_hw_shape) != 2 or min(self.base_hw_shape) < 1:
             raise ValueError(f'base_hw_shape must be two positive sizes, got {base_hw_shape}')
@@ -115,8 +122,10 @@ class GlobalFilterMixer(TokenMixer):
         return run_in_fp32(self._forward_fp32, x, tuple(hw_shape))
 
     def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        kernel = self.filter_at(hw_shape, x.dtype).permute(2, 0, 1)  # (C, H, W//2+1)
+        if self.fused:
+            return _SpectralFilter.apply(x, kernel, hw_shape)
         spectrum = tokens_to_spectrum(x, hw_shape)  # (B, C, H, W//2+1)
-        kernel = self.filter_at(hw_shape, x.dtype).permute(2, 0, 1)
         return grid_to_tokens(spectrum_to_grid(spectrum * kernel, hw_shape))
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
@@ -126,3 +135,36 @@ class GlobalFilterMixer(TokenMixer):
             'fft': 2 * rfft2_flops(hw_shape, self.embed_dims),
             'filter': 6.0 * self.embed_dims * height * (width // 2 + 1),
         }
+
+
+class _SpectralFilter(torch.autograd.Function):
+    """``irfft2(rfft2(X) * K)`` on tokens, with the backward written out.
+
+    With ``G = rfft2(dY)``: ``dX = irfft2(G * conj(K))`` (the Hermitian column weights of the two
+    adjoint transforms cancel, see :mod:`.spectral`) and ``dK = (1/w) sum_b G * conj(Z)`` (the
+    weight applied once to the batch-summed filter gradient). Against the composed path this
+    drops the two weight passes over the spectrum and autograd's intermediate buffers.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, kernel: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        spectrum = torch.fft.rfft2(channels_first_grid(x, hw_shape), norm='ortho')
+        ctx.hw_shape = hw_shape
+        ctx.save_for_backward(spectrum if ctx.needs_input_grad[1] else None, kernel)
+        filtered = torch.fft.irfft2(spectrum * kernel, s=hw_shape, norm='ortho')
+        return tokens_from_channels_first(filtered)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        spectrum, kernel = ctx.saved_tensors
+        grad = torch.fft.rfft2(channels_first_grid(grad_out, ctx.hw_shape), norm='ortho')
+        grad_kernel = grad_x = None
+        if ctx.needs_input_grad[1]:
+            weight = hermitian_column_weight(ctx.hw_shape[1], dtype=grad.real.dtype,
+                                             device=grad.device)
+            grad_kernel = (grad * spectrum.conj()).sum(0).div_(weight)
+        if ctx.needs_input_grad[0]:
+            filtered = torch.fft.irfft2(grad.mul_(kernel.conj()), s=ctx.hw_shape, norm='ortho')
+            grad_x = tokens_from_channels_first(filtered)
+        return grad_x, grad_kernel, None

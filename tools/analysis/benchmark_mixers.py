@@ -8,7 +8,8 @@ ratios, the median and min/max of the per-round ratios (paired in time).
 
 Candidates:
     mixers      afno, afno25 (hard truncation 25%), afno-composed (AFNO from plain torch ops,
-                the reference the fused path is tested against; off by default), gfn, fnet, fno,
+                the reference the fused path is tested against; off by default), gfn
+                (gfn-composed: its composed reference, off by default), fnet, fno,
                 esa (SegFormer's efficient self-attention), sa (full), axial.
     references  fft: the bare round trip ``irfft2(rfft2(x))`` of the same tokens, forward and
                 backward (the backward is the same round trip, its own adjoint), with the
@@ -81,6 +82,8 @@ def _mixers():
         'afno-composed': lambda s, hw: AFNOMixer(s.channels, num_blocks=AFNO_BLOCKS, fused=False),
         # Filter stored at the measured grid, as when training at that crop (no resize).
         'gfn': lambda s, hw: GlobalFilterMixer(s.channels, base_hw_shape=hw),
+        'gfn-composed': lambda s, hw: GlobalFilterMixer(s.channels, base_hw_shape=hw,
+                                                        fused=False),
         'fnet': lambda s, hw: FNetMixer(s.channels),
         'fno': lambda s, hw: FNOMixer(s.channels),
         'esa': lambda s, hw: EfficientSelfAttentionMixer(s.channels, s.heads,
@@ -90,11 +93,12 @@ def _mixers():
     }
 
 
-MIXER_NAMES = ['afno', 'afno25', 'afno-composed', 'gfn', 'fnet', 'fno', 'esa', 'sa', 'axial']
+MIXER_NAMES = ['afno', 'afno25', 'afno-composed', 'gfn', 'gfn-composed', 'fnet', 'fno', 'esa', 'sa',
+               'axial']
 REFERENCE_NAMES = ['fft', 'fft-torch', 'matmul', 'matmul-complex', 'copy']
 DEFAULT_MIXERS = ['afno', 'afno25', 'gfn', 'fnet', 'fno', 'esa', 'sa', 'axial']
 QUADRATIC = {'sa'}  # time ~ tokens^2: used to predict the next grid before any measurement
-SPECTRAL_TO_FFT = ['afno', 'afno25', 'afno-composed', 'gfn', 'fnet', 'fno']
+SPECTRAL_TO_FFT = ['afno', 'afno25', 'afno-composed', 'gfn', 'gfn-composed', 'fnet', 'fno']
 ATTENTION = ['esa', 'sa', 'axial']
 
 
@@ -408,6 +412,8 @@ def ratio_rows(rows: list[dict], stages, dtypes, grid_of) -> list[dict]:
             for name in ATTENTION + ['afno+compile', 'afno-composed']:
                 if afno and get(name):
                     entry[f'{name}/afno'] = paired_ratio(get(name), afno)
+            if get('gfn') and get('gfn-composed'):
+                entry['gfn-composed/gfn'] = paired_ratio(get('gfn-composed'), get('gfn'))
             out.append(entry)
     return out
 
@@ -445,6 +451,7 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
     lines = [f'# Token-mixer benchmark: {args.device}, {" + ".join(args.dtypes)}', '',
              f'Command: `{args.command}`', '',
              f'Environment: {environment(args.device)}; torch threads {torch.get_num_threads()}; '
+             f'CPU memory {args.cpu_memory}; '
              f'batch {args.batch}; {args.warmup} warm-up + {args.repeats} timed rounds, '
              f'candidates interleaved; started {started}; load average (1/5/15 min) '
              f'{load_before} at start, {load_after} at end.', '',
@@ -452,7 +459,8 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
              'over rounds [min-max]. Ratios: median [min-max] of the per-round ratios. '
              'floor = fft + matmul (see `tools/analysis/benchmark_mixers.py`).', '']
     ratio_keys = ['afno/floor'] + [f'{n}/fft' for n in SPECTRAL_TO_FFT] + ['fft-torch/fft'] + \
-        [f'{n}/afno' for n in ATTENTION + ['afno+compile', 'afno-composed']]
+        [f'{n}/afno' for n in ATTENTION + ['afno+compile', 'afno-composed']] + \
+        ['gfn-composed/gfn']
     ratio_keys = [k for k in ratio_keys if any(k in r for r in ratios)]
     if ratio_keys:
         lines += ['## Ratios at the B3 stage points', '',
@@ -509,7 +517,9 @@ def write_plot(path_prefix, rows, args) -> list[str]:
     names = args.names
     for dtype in args.dtypes:
         stages = args.stage_list
-        fig, axes = plt.subplots(2, len(stages), figsize=(4 * len(stages), 6.5), squeeze=False)
+        panels = ['fwd+bwd ms'] + ([] if args.no_memory else ['peak MB'])  # no memory: no zeros
+        fig, axes = plt.subplots(len(panels), len(stages), squeeze=False,
+                                 figsize=(4 * len(stages), 3.25 * len(panels)))
         for column, stage in enumerate(stages):
             for name in names:
                 points = sorted((r['tokens'], r['median_ms'], r['peak_mb']) for r in rows
@@ -520,11 +530,11 @@ def write_plot(path_prefix, rows, args) -> list[str]:
                 tokens, ms, mb = zip(*points)
                 style = dict(linestyle='--' if name in REFERENCE_NAMES else '-', marker='o', ms=3,
                              color=plt.get_cmap('tab20')(names.index(name) % 20), label=name)
-                axes[0][column].plot(tokens, ms, **style)
-                axes[1][column].plot(tokens, mb, **style)
+                for axis, values in zip(axes[:, column], (ms, mb)):
+                    axis.plot(tokens, values, **style)
             axes[0][column].set_title(f'stage {stage.index}: C={stage.channels}', fontsize=9)
-            axes[1][column].set_xlabel('tokens (H x W)', fontsize=8)
-            for row_index, label in enumerate(['fwd+bwd ms', 'peak MB']):
+            axes[-1][column].set_xlabel('tokens (H x W)', fontsize=8)
+            for row_index, label in enumerate(panels):
                 axis = axes[row_index][column]
                 axis.set_xscale('log')
                 axis.set_yscale('log')
@@ -583,6 +593,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='also run these mixers through torch.compile (NAME+compile); '
                         'compiling takes tens of seconds per grid')
     parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
+                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
+                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
+                        "tensor")
     parser.add_argument('--max-call-s', type=float, default=1.0,
                         help='skip a point whose predicted fwd+bwd seconds exceed this '
                         '(4x this at each stage\'s own B3 grid)')
@@ -627,6 +641,9 @@ def main(argv=None) -> int:
         print('error: --device cuda but no CUDA device', file=sys.stderr)
         return 1
     torch.set_num_threads(args.threads)
+    if args.device == 'cpu' and args.cpu_memory == 'cache':
+        from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
+        args.cpu_memory = 'cache' if cache_freed_cpu_memory() else 'default (no glibc)'
     if args.device == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 here
     import afno_seg.mixers  # noqa: F401  (registers the mixers)

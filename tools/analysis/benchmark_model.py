@@ -66,6 +66,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--infer-iters', type=int, default=3, help='timed inference rounds '
                         '(after one untimed); 0 skips inference')
     parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
+                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
+                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
+                        "tensor")
     parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--quick', action='store_true', help='smoke test: arch b0 with a '
                         '32-channel head, 64 px crop, batch 1, 1 round, no warm-up')
@@ -278,6 +282,11 @@ def paired_train_ratios(entries: list[Entry], reference: str) -> dict[str, tuple
     return out
 
 
+def _number(value, digits: int) -> str:
+    """``value`` with ``digits`` decimals; blank when not measured (``--no-memory``, no infer)."""
+    return '' if value is None or value != value else f'{value:.{digits}f}'
+
+
 def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[str]:
     os.makedirs(args.out, exist_ok=True)
     stem = osp.join(args.out, f'models_{args.device}{args.tag}')
@@ -291,6 +300,7 @@ def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[
     lines = [f'# SegFormer segmentors: training step and inference, {args.device}', '',
              f'Command: `{args.command}`', '',
              f'Environment: {environment(args.device)}; torch threads {torch.get_num_threads()}; '
+             f'CPU memory {args.cpu_memory}; '
              f'crop {args.crop}x{args.crop}, batch {args.batch}, amp {args.amp}; training: '
              f'{args.warmup} warm-up + {args.iters} timed rounds, inference: 1 + '
              f'{args.infer_iters}, configs interleaved; started {started}; load average '
@@ -304,10 +314,10 @@ def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[
                  if 'train_s' in row else '')
         lines.append(
             f"| {row['config']} | {row.get('mixers', '')} | "
-            f"{row.get('params_m', float('nan')):.1f} | {train} | "
+            f"{_number(row.get('params_m'), 1)} | {train} | "
             f"{'' if ratio is None else f'{ratio[0]:.2f} [{ratio[1]:.2f}-{ratio[2]:.2f}]'} | "
-            f"{row.get('step_peak_mb', float('nan')):.0f} | {row.get('state_mb', float('nan')):.0f}"
-            f" | {row.get('infer_img_s', float('nan')):.2f} | {row['status']} |")
+            f"{_number(row.get('step_peak_mb'), 0)} | {_number(row.get('state_mb'), 0)}"
+            f" | {_number(row.get('infer_img_s'), 2)} | {row['status']} |")
     with open(stem + '.md', 'w') as f:
         f.write('\n'.join(lines) + '\n')
     print('\n'.join(lines))
@@ -325,6 +335,9 @@ def main(argv=None) -> int:
         return 1
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
+    if args.device == 'cpu' and args.cpu_memory == 'cache':
+        from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
+        args.cpu_memory = 'cache' if cache_freed_cpu_memory() else 'default (no glibc)'
     if device.type == 'cuda':
         torch.backends.cudnn.benchmark = True  # fixed input size, as the configs' env_cfg
     init_default_scope('mmseg')
