@@ -156,7 +156,7 @@ print(applied, sum(faults_of_round() for _ in range(3)) / 3 / (64 * 2**20 / 4096
 '''
 
 
-@pytest.mark.skipif(not os.path.exists('/proc/self/status'), reason='needs Linux (glibc)')
+@pytest.mark.skipif(__import__('platform').libc_ver()[0] != 'glibc', reason='needs glibc')
 @pytest.mark.parametrize('mode', ['cache', 'default', 'disabled'])
 def test_cpu_memory_cache_stops_page_faults_of_large_tensors(mode):
     """glibc maps every large tensor afresh (one page fault per 4 KiB on first touch); with the
