@@ -45,7 +45,7 @@ else
   # 1024-crop grid) are skipped (full attention at the largest grids).
   MIXERS=(--device cuda --dtypes fp32 fp16 bf16 --grids 32 64 128 256 512 --warmup 2
           --repeats 7 --max-call-s 0.25
-          --mixers afno afno25 afno-composed gfn fnet fno esa sa axial)
+          --mixers afno afno25 afno-composed gfn gfn-composed fnet fno esa sa axial)
   MODEL=(--device cuda --crop 1024 --batch 2 --warmup 2 --iters 5 --infer-iters 5)
   AMPS=(fp16 bf16)
   # Hard limits (each plus 10 s to write partial results): 200 + 2 x 110 s + 30 s = 7.5 min.
