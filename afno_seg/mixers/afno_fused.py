@@ -114,8 +114,8 @@ class FusedAFNO(torch.autograd.Function):
                                                      grad_input=hidden_real)  # split ReLU
         _halve_edge_columns_(grad, cols, width)
         grad_m2, grad_b2 = torch.bmm(hidden, grad.mT), grad.sum(-1)  # (k, f d, d), (k, d)
-        # Into the (dead) rfft2(dY) buffer: one large allocation fewer, which on CPU saves the
-        # page faults of fresh memory (allocations this size are mmap'd anew each time).
+        # Into the (dead) rfft2(dY) buffer: one large allocation fewer (on CPU without
+        # engine.cpu_memory's cache, each one is mmap'd and page-faulted anew).
         torch.bmm(matrix1.mT, grad_hidden, out=grad).conj_physical_()  # irfft2's input
         _halve_edge_columns_(grad_hidden, cols, width)
         grad_m1, grad_b1 = torch.bmm(tokens, grad_hidden.mT), grad_hidden.sum(-1)
