@@ -1,4 +1,7 @@
 """What tools/train.py and tools/test.py share: config loading, preflight, device adaptation."""
+import gc
+import logging
+import os
 import os.path as osp
 import sys
 from collections.abc import Callable, Sequence
@@ -53,15 +56,35 @@ def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
 
 
 def run_tool(main: Callable[[], None]) -> int:
-    """Run a tool's main; a :class:`UserError` prints its message alone and exits 1."""
+    """Run a tool's main; a :class:`UserError` prints its message alone and exits 1.
+
+    In a torchrun child the process then leaves without interpreter finalization (after flushing
+    output and logs): gloo's threads, still referenced by DDP objects that only the garbage
+    collector frees, could otherwise abort the rank at exit ("terminate called without an active
+    exception", SIGABRT) after its work is done.
+    """
+    code = 0
     try:
         main()
     except UserError as error:
         print(f'error: {error}', file=sys.stderr)
-        return 1
+        code = 1
     finally:
-        # Leave the process group explicitly: a gloo group still alive at interpreter exit can
-        # abort a rank ("terminate called without an active exception") after the work is done.
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    return 0
+            _leave_process_group()
+    if 'TORCHELASTIC_RUN_ID' in os.environ:  # set by torchrun for its children only
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    return code
+
+
+def _leave_process_group() -> None:
+    """Wait for every rank, free the cycles that hold DDP's reducer, then destroy the group."""
+    try:
+        torch.distributed.barrier()
+    except RuntimeError:  # a peer already failed: leave anyway
+        pass
+    gc.collect()
+    torch.distributed.destroy_process_group()

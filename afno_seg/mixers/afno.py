@@ -42,7 +42,7 @@ class AFNOMixer(TokenMixer):
     * Hard truncation (``hard_thresholding_fraction`` = fraction kept): the lowest fraction of
       frequencies along BOTH axes (:meth:`SpectralBand.fraction`); the other modes are zeroed and
       the MLP runs only on the kept ones. AFNO-25% keeps about 1/16 of the modes.
-    * Each complex block-diagonal layer is ONE batched complex GEMM (``baddbmm``, bias fused;
+    * Each complex block-diagonal layer is ONE batched complex GEMM (plus the bias;
       4 real multiply-adds per complex one, as the real block form ``[[Wr, Wi], [-Wi, Wr]]``
       would take) on channels-first modes, the layout torch's FFTs work in, so no copy sits
       between the FFTs and the GEMMs. The default (``fused``) path is one autograd function

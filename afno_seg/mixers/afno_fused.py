@@ -60,7 +60,7 @@ class FusedAFNO(torch.autograd.Function):
 
     Layout: the grid is ``(C, B, H, W)`` (one 2-D transpose of the tokens), so block ``j``'s
     modes of the whole batch are one ``(d, B*M)`` matrix and each complex layer is one GEMM per
-    block, bias fused (``baddbmm``), weights shared over the batch without copies.
+    block plus a broadcast bias add, weights shared over the batch without copies.
 
     Backward in terms of ``conj`` of the gradients (``g~ = conj(g)``), so that no GEMM operand
     needs conjugating: for ``a = M z + b``, ``g~z = M^T g~a`` and ``conj(dM) = g~a z^T``. The
@@ -79,10 +79,13 @@ class FusedAFNO(torch.autograd.Function):
         blocks = w1.shape[1]
         modes = band.gather(torch.fft.rfft2(_tokens_to_channel_rows(x, hw_shape), norm='ortho'))
         tokens = modes.view(blocks, -1, modes[0].numel())  # (k, d, B*M)
-        matrix1, matrix2 = block_matrix(w1, x.dtype), block_matrix(w2, x.dtype)
-        hidden = torch.baddbmm(complex_bias(b1), matrix1, tokens)
+        # Contiguous matrices and the bias added after the GEMM: 1-6% faster per call than
+        # baddbmm's fill-then-accumulate at B3 stages 2-4 on the development CPU.
+        matrix1 = block_matrix(w1, x.dtype).contiguous()
+        matrix2 = block_matrix(w2, x.dtype).contiguous()
+        hidden = torch.bmm(matrix1, tokens).add_(complex_bias(b1))
         torch.view_as_real(hidden).relu_()  # split ReLU, in place on the GEMM output
-        out = torch.baddbmm(complex_bias(b2), matrix2, hidden)
+        out = torch.bmm(matrix2, hidden).add_(complex_bias(b2))
         out_real = torch.view_as_real(out)
         torch._C._nn.softshrink(out_real, threshold, out=out_real)  # split soft-shrink
         if keep_for_backward:
