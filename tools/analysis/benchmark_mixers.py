@@ -573,6 +573,35 @@ def load_average() -> str:
 
 
 # ----------------------------------------------------------------------------- command line
+def parse_run_arguments(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Add what both benchmark scripts take (threads, CPU memory, output), parse, and record the
+    command line as ``args.command``."""
+    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
+                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
+                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
+                        "tensor")
+    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
+    parser.add_argument('--tag', default='', help='suffix of the output file names')
+    args = parser.parse_args(argv)
+    args.command = ' '.join(['python', osp.relpath(osp.abspath(sys.argv[0]), ROOT)] +
+                            list(sys.argv[1:] if argv is None else argv))
+    return args
+
+
+def prepare_run(args: argparse.Namespace) -> bool:
+    """Check the device, set the threads and the CPU memory mode (``args.cpu_memory`` then says
+    what is in effect). False, with a message, when CUDA is asked for and absent."""
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        print('error: --device cuda but no CUDA device', file=sys.stderr)
+        return False
+    torch.set_num_threads(args.threads)
+    if args.device == 'cpu' and args.cpu_memory == 'cache':
+        from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
+        args.cpu_memory = 'cache' if cache_freed_cpu_memory() else 'default (no glibc)'
+    return True
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -592,11 +621,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--compile', nargs='*', choices=MIXER_NAMES, default=[],
                         help='also run these mixers through torch.compile (NAME+compile); '
                         'compiling takes tens of seconds per grid')
-    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
-    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
-                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
-                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
-                        "tensor")
     parser.add_argument('--max-call-s', type=float, default=1.0,
                         help='skip a point whose predicted fwd+bwd seconds exceed this '
                         '(4x this at each stage\'s own B3 grid)')
@@ -610,11 +634,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--no-plot', action='store_true')
     parser.add_argument('--quick', action='store_true', help='smoke test: widths / 8, grids 8 '
                         'and 16, batch 1, 1 round, no warm-up')
-    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
-    parser.add_argument('--tag', default='', help='suffix of the output file names')
-    args = parser.parse_args(argv)
-    args.command = ' '.join(['python', osp.relpath(osp.abspath(sys.argv[0]), ROOT)] +
-                            list(sys.argv[1:] if argv is None else argv))
+    args = parse_run_arguments(parser, argv)
     args.dtypes = args.dtypes or (['fp32', 'bf16'] if args.device == 'cpu' else
                                   ['fp32', 'fp16', 'bf16'])
     stages = B3_STAGES
@@ -637,13 +657,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        print('error: --device cuda but no CUDA device', file=sys.stderr)
+    if not prepare_run(args):
         return 1
-    torch.set_num_threads(args.threads)
-    if args.device == 'cpu' and args.cpu_memory == 'cache':
-        from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
-        args.cpu_memory = 'cache' if cache_freed_cpu_memory() else 'default (no glibc)'
     if args.device == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 here
     import afno_seg.mixers  # noqa: F401  (registers the mixers)

@@ -44,7 +44,8 @@ for path in (ROOT, osp.dirname(osp.abspath(__file__))):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from benchmark_mixers import environment, error_text, load_average  # noqa: E402
+from benchmark_mixers import (environment, error_text, load_average,  # noqa: E402
+                              parse_run_arguments, prepare_run)
 
 FIELDS = ['config', 'mixers', 'device', 'amp', 'crop', 'batch', 'params_m', 'status', 'train_s',
           'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
@@ -65,19 +66,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--warmup', type=int, default=1, help='untimed training rounds first')
     parser.add_argument('--infer-iters', type=int, default=3, help='timed inference rounds '
                         '(after one untimed); 0 skips inference')
-    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
-    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
-                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
-                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
-                        "tensor")
     parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--quick', action='store_true', help='smoke test: arch b0 with a '
                         '32-channel head, 64 px crop, batch 1, 1 round, no warm-up')
-    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
-    parser.add_argument('--tag', default='', help='suffix of the output file names')
-    args = parser.parse_args(argv)
-    args.command = ' '.join(['python', osp.relpath(osp.abspath(sys.argv[0]), ROOT)] +
-                            list(sys.argv[1:] if argv is None else argv))
+    args = parse_run_arguments(parser, argv)
     args.configs = args.configs or sorted(
         glob.glob(osp.join(ROOT, 'configs', 'segformer_*_b3_cityscapes.py')))
     args.amp = args.amp or ('none' if args.device == 'cpu' else 'fp16')
@@ -330,14 +322,9 @@ def main(argv=None) -> int:
 
     import afno_seg  # noqa: F401  (registers backbones and mixers)
     args = parse_args(argv)
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        print('error: --device cuda but no CUDA device', file=sys.stderr)
+    if not prepare_run(args):
         return 1
     device = torch.device(args.device)
-    torch.set_num_threads(args.threads)
-    if args.device == 'cpu' and args.cpu_memory == 'cache':
-        from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
-        args.cpu_memory = 'cache' if cache_freed_cpu_memory() else 'default (no glibc)'
     if device.type == 'cuda':
         torch.backends.cudnn.benchmark = True  # fixed input size, as the configs' env_cfg
     init_default_scope('mmseg')
