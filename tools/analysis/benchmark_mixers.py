@@ -565,6 +565,16 @@ def environment(device: str) -> str:
     return f'{cpu} ({os.cpu_count()} logical CPUs), torch {torch.__version__}'
 
 
+def write_csv(path: str, rows: list[dict], fields: list[str]) -> None:
+    """``rows`` as CSV with columns ``fields`` (others dropped), floats to 4 significant digits."""
+    with open(path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f'{v:.4g}' if isinstance(v, float) else v)
+                             for k, v in row.items() if k in fields})
+
+
 def load_average() -> str:
     try:
         return '/'.join(f'{v:.2f}' for v in os.getloadavg())
@@ -675,12 +685,7 @@ def main(argv=None) -> int:
     load_after = load_average()
     os.makedirs(args.out, exist_ok=True)
     stem = osp.join(args.out, f'mixers_{args.device}{args.tag}')
-    with open(stem + '.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f'{v:.4g}' if isinstance(v, float) else v)
-                             for k, v in row.items() if k in FIELDS})
+    write_csv(stem + '.csv', rows, FIELDS)
     grid_of = lambda s: min(args.grids, key=lambda g: abs(g - s.grid_at_1024))  # noqa: E731
     ratios = ratio_rows(rows, args.stage_list, args.dtypes, grid_of)
     exponents = exponent_rows(rows, args.names, args.dtypes, args.stage_list, args.fit_range)

@@ -28,7 +28,6 @@ Usage::
     python tools/analysis/benchmark_model.py --quick --out /tmp/b       # seconds: B0-sized, 64 px
 """
 import argparse
-import csv
 import glob
 import logging
 import os
@@ -45,7 +44,7 @@ for path in (ROOT, osp.dirname(osp.abspath(__file__))):
         sys.path.insert(0, path)
 
 from benchmark_mixers import (environment, error_text, load_average,  # noqa: E402
-                              parse_run_arguments, prepare_run)
+                              parse_run_arguments, prepare_run, write_csv)
 
 FIELDS = ['config', 'mixers', 'device', 'amp', 'crop', 'batch', 'params_m', 'status', 'train_s',
           'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
@@ -282,12 +281,7 @@ def _number(value, digits: int) -> str:
 def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[str]:
     os.makedirs(args.out, exist_ok=True)
     stem = osp.join(args.out, f'models_{args.device}{args.tag}')
-    with open(stem + '.csv', 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f'{v:.4g}' if isinstance(v, float) else v)
-                             for k, v in row.items() if k in FIELDS})
+    write_csv(stem + '.csv', rows, FIELDS)
     reference = 'segformer_esa_b3_cityscapes.py'
     lines = [f'# SegFormer segmentors: training step and inference, {args.device}', '',
              f'Command: `{args.command}`', '',
