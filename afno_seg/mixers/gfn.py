@@ -10,9 +10,9 @@ from torch.autograd.function import once_differentiable
 
 from ..registry import register_model
 from .base import TokenMixer
-from .spectral import (channels_first_grid, grid_to_tokens, hermitian_column_weight,
-                       rfft2_flops, run_in_fp32, signed_frequencies, spectrum_to_grid,
-                       tokens_from_channels_first, tokens_to_spectrum)
+from .spectral import (grid_to_tokens, hermitian_column_weight, irfft2_to_tokens,
+                       rfft2_flops, rfft2_of_tokens, run_in_fp32, signed_frequencies,
+                       spectrum_to_grid, tokens_to_spectrum)
 
 __all__ = ['GlobalFilterMixer', 'resample_filter']
 
@@ -148,23 +148,21 @@ class _SpectralFilter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, kernel: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        spectrum = torch.fft.rfft2(channels_first_grid(x, hw_shape), norm='ortho')
+        spectrum = rfft2_of_tokens(x, hw_shape)
         ctx.hw_shape = hw_shape
         ctx.save_for_backward(spectrum if ctx.needs_input_grad[1] else None, kernel)
-        filtered = torch.fft.irfft2(spectrum * kernel, s=hw_shape, norm='ortho')
-        return tokens_from_channels_first(filtered)
+        return irfft2_to_tokens(spectrum * kernel, hw_shape)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         spectrum, kernel = ctx.saved_tensors
-        grad = torch.fft.rfft2(channels_first_grid(grad_out, ctx.hw_shape), norm='ortho')
+        grad = rfft2_of_tokens(grad_out, ctx.hw_shape)
         grad_kernel = grad_x = None
         if ctx.needs_input_grad[1]:
             weight = hermitian_column_weight(ctx.hw_shape[1], dtype=grad.real.dtype,
                                              device=grad.device)
             grad_kernel = (grad * spectrum.conj()).sum(0).div_(weight)
         if ctx.needs_input_grad[0]:
-            filtered = torch.fft.irfft2(grad.mul_(kernel.conj()), s=ctx.hw_shape, norm='ortho')
-            grad_x = tokens_from_channels_first(filtered)
+            grad_x = irfft2_to_tokens(grad.mul_(kernel.conj()), ctx.hw_shape)
         return grad_x, grad_kernel, None

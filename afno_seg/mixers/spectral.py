@@ -46,7 +46,8 @@ from torch import Tensor
 
 __all__ = [
     'SpectralBand', 'channels_first_grid', 'fft_flops', 'fp32_island', 'grid_to_tokens',
-    'hermitian_column_weight', 'kept_count', 'rfft2_flops', 'run_in_fp32', 'signed_frequencies',
+    'hermitian_column_weight', 'irfft2_to_tokens', 'kept_count', 'rfft2_flops', 'rfft2_of_tokens',
+    'run_in_fp32', 'signed_frequencies',
     'spectral_dtype', 'spectrum_to_grid', 'tokens_from_channels_first', 'tokens_to_grid',
     'tokens_to_spectrum', 'transposed_copy'
 ]
@@ -129,13 +130,16 @@ def tokens_from_channels_first(grid: Tensor) -> Tensor:
     return transposed_copy(grid.reshape(grid.shape[0], grid.shape[1], -1))
 
 
-def _rfft2_tokens(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+def rfft2_of_tokens(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    """Orthonormal ``rfft2`` of tokens ``(B, H*W, C)`` -> ``(B, C, H, W//2+1)``; plain torch
+    autograd (for a Function's own forward/backward; :func:`tokens_to_spectrum` otherwise)."""
     return torch.fft.rfft2(channels_first_grid(x, hw_shape), norm='ortho')
 
 
-def _irfft2_grid(spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    grid = torch.fft.irfft2(spectrum, s=tuple(hw_shape), norm='ortho')
-    return tokens_to_grid(tokens_from_channels_first(grid), hw_shape)
+def irfft2_to_tokens(spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    """Orthonormal ``irfft2`` of ``(B, C, H, W//2+1)`` -> contiguous tokens ``(B, H*W, C)``;
+    plain torch autograd (see :func:`rfft2_of_tokens`)."""
+    return tokens_from_channels_first(torch.fft.irfft2(spectrum, s=tuple(hw_shape), norm='ortho'))
 
 
 class _TokensToSpectrum(torch.autograd.Function):
@@ -144,7 +148,7 @@ class _TokensToSpectrum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         ctx.hw_shape = hw_shape
-        return _rfft2_tokens(x, hw_shape)
+        return rfft2_of_tokens(x, hw_shape)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
@@ -159,7 +163,7 @@ class _SpectrumToGrid(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         ctx.hw_shape = hw_shape
-        return _irfft2_grid(spectrum, hw_shape)
+        return tokens_to_grid(irfft2_to_tokens(spectrum, hw_shape), hw_shape)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:

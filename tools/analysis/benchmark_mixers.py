@@ -140,9 +140,8 @@ class _BareRoundTrip(torch.autograd.Function):
 
 
 def _round_trip(x, hw_shape):
-    from afno_seg.mixers.spectral import channels_first_grid, tokens_from_channels_first
-    spectrum = torch.fft.rfft2(channels_first_grid(x, hw_shape), norm='ortho')
-    return tokens_from_channels_first(torch.fft.irfft2(spectrum, s=hw_shape, norm='ortho'))
+    from afno_seg.mixers.spectral import irfft2_to_tokens, rfft2_of_tokens
+    return irfft2_to_tokens(rfft2_of_tokens(x, hw_shape), hw_shape)
 
 
 def build_candidate(name: str, stage: Stage, grid: int, batch: int, device: str, dtype_name: str,
