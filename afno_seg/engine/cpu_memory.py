@@ -16,6 +16,7 @@ Only glibc has these knobs (``mallopt``); elsewhere this is a no-op that says so
 import ctypes
 import ctypes.util
 import os
+import platform
 
 __all__ = ['CPU_MEMORY_CACHE_ENV', 'cache_freed_cpu_memory']
 
@@ -40,13 +41,12 @@ def cache_freed_cpu_memory() -> bool:
         return True
     if os.environ.get(CPU_MEMORY_CACHE_ENV, '1').strip().lower() in ('0', 'false', 'no', 'off'):
         return False
+    if platform.libc_ver()[0] != 'glibc':  # musl's mallopt does nothing; others have none
+        return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
-        mallopt = libc.mallopt
-        gnu_libc_version = libc.gnu_get_libc_version  # musl has a mallopt that does nothing
+        mallopt = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6').mallopt
     except (OSError, AttributeError):
         return False
-    del gnu_libc_version
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # Trim first: with only the mmap threshold raised, freed top-of-heap memory would still be
     # handed back to the kernel (and faulted in again) once it exceeds the default 128 KiB.
