@@ -200,7 +200,8 @@ def test_afno25_mixer_cost_lower_by_the_kept_fraction_of_modes(grid):
     fft = [sum(v for op, v in c.items() if is_fft_op(op)) for c in (counted_full, counted_quarter)]
     assert fft[0] == fft[1] > 0  # the transforms are the same
     kept = SpectralBand.fraction(grid, 0.25).num_modes / (grid[0] * (grid[1] // 2 + 1))
-    gemm = [sum(v for op, v in c.items() if op in ('bmm', 'baddbmm')) for c in (counted_full, counted_quarter)]
+    gemm = [sum(v for op, v in c.items() if op in ('bmm', 'baddbmm'))
+            for c in (counted_full, counted_quarter)]
     assert gemm[1] / gemm[0] == pytest.approx(kept, rel=1e-12)
     assert kept < 0.2  # both axes truncated (one axis alone would keep ~25%)
 

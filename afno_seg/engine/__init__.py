@@ -21,6 +21,7 @@ __all__ = [
     'remove_stale_temp_files', 'set_random_state',
     'CheckpointError', 'CPUAutocastOptimWrapper', 'DataRootError', 'DeviceAwareDistributedDataParallel',
     'UnknownTypeError', 'UserError', 'adapt_config_to_device', 'check_data_roots',
-    'build_runner', 'cache_freed_cpu_memory', 'check_model_types', 'init_cpu_process_group', 'load_config',
+    'build_runner', 'cache_freed_cpu_memory', 'check_model_types', 'init_cpu_process_group',
+    'load_config',
     'load_local_checkpoint', 'run_tool'
 ]
