@@ -6,6 +6,10 @@
 Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (bfloat16 autocast, BN for
 SyncBN, gloo for distributed runs), and a missing dataset, an unknown model type or a bad
 checkpoint stop at once with a message saying what to do.
+
+Interruptions (docs/reliability.md): SIGTERM, SIGINT or SIGUSR1 finish the current iteration, save a
+checkpoint and exit with status 75; run the same command with ``--resume`` to continue exactly.
+A process restarted by torchrun (``--max-restarts``) or requeued by Slurm resumes by itself.
 """
 import argparse
 import logging
@@ -17,6 +21,7 @@ from mmengine.logging import print_log
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
+from afno_seg.engine.preemption import restart_count
 
 
 def parse_args(argv=None):
@@ -24,7 +29,9 @@ def parse_args(argv=None):
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument('--resume', action='store_true', default=False,
-                        help='resume from the latest checkpoint in the work_dir automatically')
+                        help='continue from the checkpoint that work_dir/last_checkpoint names '
+                        '(start from scratch when there is none); implied in a process that '
+                        'torchrun restarted or Slurm requeued')
     parser.add_argument('--amp', action='store_true', default=False,
                         help='enable automatic-mixed-precision training (bfloat16 on a CPU)')
     parser.add_argument(
@@ -54,7 +61,13 @@ def main(argv=None) -> None:
         else:
             raise UserError(f'--amp needs optim_wrapper.type OptimWrapper, but {args.config} '
                             f'has {optim_wrapper}.')
-    cfg.resume = args.resume
+    restarted = restart_count()
+    if restarted and not args.resume:
+        launcher, count = restarted
+        print_log(f'restart {count} by {launcher}: resuming from the checkpoint that '
+                  f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
+                  level=logging.WARNING)
+    cfg.resume = args.resume or restarted is not None
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
     build_runner(cfg, loaders).train()
 

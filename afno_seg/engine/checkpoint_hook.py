@@ -16,22 +16,38 @@ Before training it also removes temporary files left by a killed save, checks th
 folder has room for one more checkpoint (estimated from the model and optimizer) and warns when it
 cannot hold all the checkpoints the run will keep.
 
+It also saves when training is asked to stop and on a clock:
+
+* **Stop signals** (SIGTERM, SIGINT, SIGUSR1; see :mod:`~afno_seg.engine.preemption`): after the
+  iteration during which a signal reached any rank, every rank agrees on it (one all-reduce of two
+  numbers per iteration, which also carries the clock decision below), a checkpoint of that
+  iteration is saved like a periodic one (``last_checkpoint`` names it), one line is logged and
+  :class:`~afno_seg.engine.preemption.TrainingInterrupted` ends training (``tools/train.py``
+  exits with status 75). Iteration-based training only; ``stop_signals=()`` turns it off.
+* **Every** ``interval_minutes`` of wall-clock time since the last save, in addition to every
+  ``interval`` iterations, so a kill without warning loses minutes of work, not a whole
+  iteration interval.
+
 Enable it in a config::
 
     default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False,
-                                         interval=16000, max_keep_ckpts=2))
+                                         interval=16000, interval_minutes=30, max_keep_ckpts=2))
 """
 import os.path as osp
 import shutil
+import signal
+import time
+from collections.abc import Sequence
 
 import torch
-from mmengine.dist import is_main_process
+from mmengine.dist import all_reduce, get_world_size, is_main_process
 from mmengine.hooks import CheckpointHook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from .atomic_io import atomic_write, format_size, remove_stale_temp_files
 from .errors import UserError
+from .preemption import DEFAULT_SIGNALS, StopSignals, TrainingInterrupted
 
 __all__ = ['AtomicCheckpointHook', 'DiskSpaceError', 'estimate_checkpoint_bytes']
 
@@ -83,22 +99,100 @@ def free_bytes(folder: str) -> int:
     return shutil.disk_usage(folder).free
 
 
+def now() -> float:
+    """Seconds on a monotonic clock (a seam the tests replace)."""
+    return time.monotonic()
+
+
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
-    """``CheckpointHook`` that never lets ``last_checkpoint`` name a partial or deleted file.
+    """``CheckpointHook`` that never lets ``last_checkpoint`` name a partial or deleted file,
+    and that saves on a stop signal and every ``interval_minutes``.
 
-    Takes exactly :class:`mmengine.hooks.CheckpointHook`'s arguments. Local ``out_dir`` only for
-    the free-space check (a remote backend skips it).
+    Takes :class:`mmengine.hooks.CheckpointHook`'s arguments, plus:
+
+    Args:
+        interval_minutes (float | None): Also save when this many minutes passed since the last
+            save (iteration-based training; checked after every iteration). Default: None (only
+            every ``interval`` iterations).
+        stop_signals (Sequence[str]): Signals that make training stop after the current
+            iteration with a checkpoint (iteration-based training). Default: ('SIGTERM',
+            'SIGINT', 'SIGUSR1'); ``()`` keeps Python's defaults.
+
+    The free-space check needs a local ``out_dir`` (a remote backend skips it).
     """
+
+    def __init__(self, *args, interval_minutes: float | None = None,
+                 stop_signals: Sequence[str] = DEFAULT_SIGNALS, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if interval_minutes is not None and not interval_minutes > 0:
+            raise ValueError(f'interval_minutes must be a positive number of minutes or None, '
+                             f'got {interval_minutes!r}')
+        self.interval_minutes = interval_minutes
+        self.stop_signals = tuple(stop_signals)
+        self._stop: StopSignals | None = None
+        self._last_save_time = 0.0
+        self._last_saved_step = None
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
-        if not is_main_process() or '://' in str(self.out_dir):
-            return
-        for path in remove_stale_temp_files(self.out_dir) + remove_stale_temp_files(
-                runner.work_dir):
-            runner.logger.warning(f'removed {path}, left by a save that was interrupted')
-        self._check_free_space(runner)
+        self._last_save_time = now()
+        if is_main_process() and '://' not in str(self.out_dir):
+            for path in remove_stale_temp_files(self.out_dir) + remove_stale_temp_files(
+                    runner.work_dir):
+                runner.logger.warning(f'removed {path}, left by a save that was interrupted')
+            self._check_free_space(runner)
+        if self.stop_signals and not self.by_epoch:
+            self._stop = StopSignals(self.stop_signals,
+                                     describe_state=lambda: _last_checkpoint_state(runner))
+            if not self._stop.install():
+                self._stop = None  # not the main thread: Python allows handlers only there
+
+    def after_train(self, runner) -> None:
+        self._release_signals()
+
+    def _release_signals(self) -> None:
+        if self._stop is not None:
+            self._stop.uninstall()
+            self._stop = None
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        try:
+            super().after_train_iter(runner, batch_idx, data_batch, outputs)
+            if not self.by_epoch:
+                self._save_on_signal_or_clock(runner)
+        except BaseException:
+            self._release_signals()
+            raise
+
+    def _agreed_requests(self) -> tuple[int, bool]:
+        """(largest stop-signal number any rank received or 0, whether any rank's clock says
+        a save is due): every rank gets the same answer after the same iteration."""
+        received = self._stop.received if self._stop is not None else None
+        due = (self.interval_minutes is not None
+               and now() - self._last_save_time >= 60 * self.interval_minutes)
+        if get_world_size() == 1:
+            return int(received or 0), due
+        requests = torch.tensor([float(received or 0), float(due)])
+        all_reduce(requests, op='max')
+        return int(requests[0]), bool(requests[1])
+
+    def _save_on_signal_or_clock(self, runner) -> None:
+        signal_number, due = self._agreed_requests()
+        step = runner.iter + 1
+        if (signal_number or due) and self._last_saved_step != step:
+            reason = (f'stop signal {_signal_name(signal_number)}' if signal_number else
+                      f'{self.interval_minutes:g} minutes since the last save')
+            runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
+            self._save_checkpoint(runner)
+        if signal_number and step < runner.max_iters:
+            self._release_signals()
+            name = _signal_name(signal_number)
+            runner.logger.warning(
+                f'{name} received: training stopped after iteration {step}; '
+                f'{self.last_ckpt} holds it and last_checkpoint names it. Run the same command '
+                'with --resume to continue.')
+            raise TrainingInterrupted(name, step, self.last_ckpt)
 
     def _remaining_saves(self, runner) -> int:
         if self.by_epoch:
@@ -137,6 +231,8 @@ class AtomicCheckpointHook(CheckpointHook):
             self.keep_ckpt_ids.append(step)
             runner.message_hub.update_info('keep_ckpt_ids', list(self.keep_ckpt_ids))
 
+        self._last_saved_step = step
+        self._last_save_time = now()
         ckpt_filename = self.filename_tmpl.format(step)
         self.last_ckpt = self.file_backend.join_path(self.out_dir, ckpt_filename)
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
@@ -155,3 +251,19 @@ class AtomicCheckpointHook(CheckpointHook):
                 self.file_backend.remove(path)
             elif self.file_backend.isdir(path):  # checkpoints saved by deepspeed are folders
                 self.file_backend.rmtree(path)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f'signal {number}'
+
+
+def _last_checkpoint_state(runner) -> str:
+    """What ``last_checkpoint`` names now (for the message of an immediate exit)."""
+    path = osp.join(runner.work_dir, 'last_checkpoint')
+    if not osp.isfile(path):
+        return 'No checkpoint has been completed yet.'
+    with open(path) as file:
+        return f'last_checkpoint still names {file.read().strip()}.'

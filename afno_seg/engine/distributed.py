@@ -1,19 +1,37 @@
-"""Distributed training and testing on CPUs (gloo), with nothing changed on GPUs.
+"""Distributed training and testing on CPUs (gloo), with nothing changed on GPUs, and a clear
+message when a rank dies.
 
 mmengine 0.10.7's ``init_dist('pytorch')`` calls ``torch.cuda.set_device`` unconditionally and its
 ``wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to DDP; both fail on a machine without CUDA.
 :func:`init_cpu_process_group` starts a gloo process group before the Runner is built (the Runner
 then skips its own ``init_dist``), and :class:`DeviceAwareDistributedDataParallel` drops
 ``device_ids`` for CPU modules.
+
+When a rank dies (OOM killer, a node failure), the others fail in their next collective: at once
+when its sockets close (gloo: ``Connection reset by peer``, naming an address, not a rank), or
+after the collective timeout (``env_cfg.dist_cfg.timeout`` seconds, default 1800) when it hangs.
+:func:`record_peers` notes every rank's host and process id once the group exists;
+:func:`explain_collective_failure` turns such an error into one line naming the ranks that are no
+longer running (checked through ``/proc`` for ranks on this host).
 """
+import datetime
 import os
+import socket
 
 import torch
 import torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
 
-__all__ = ['DeviceAwareDistributedDataParallel', 'init_cpu_process_group']
+__all__ = ['DEFAULT_COLLECTIVE_TIMEOUT_S', 'DeviceAwareDistributedDataParallel',
+           'explain_collective_failure', 'init_cpu_process_group', 'record_peers']
+
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
+# Fragments of the errors gloo, NCCL and c10d raise when a peer is gone or silent.
+_PEER_FAILURE_MARKERS = ('gloo', 'NCCL', 'ProcessGroup', 'c10d', 'Connection reset by peer',
+                         'Connection closed by peer')
+
+_peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
 
 
 @MODEL_WRAPPERS.register_module()
@@ -25,13 +43,90 @@ class DeviceAwareDistributedDataParallel(MMDistributedDataParallel):
         super().__init__(module=module, device_ids=None if on_cpu else device_ids, **kwargs)
 
 
-def init_cpu_process_group(timeout_s: int = 1800) -> None:
-    """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*."""
+def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> None:
+    """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*.
+
+    Args:
+        timeout_s (float): How long a collective waits for a silent peer before it fails.
+            Default: 1800.
+    """
     if dist.is_initialized():
         return
     missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if k not in os.environ]
     if missing:
         raise RuntimeError(f'--launcher pytorch needs torchrun\'s environment; missing {missing}. '
                            'Start with tools/dist_train.sh or torchrun.')
-    import datetime
     dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def record_peers() -> None:
+    """Gather every rank's (host, pid) for :func:`explain_collective_failure` (one collective)."""
+    global _peers
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (socket.gethostname(), os.getpid()))
+    _peers = [tuple(peer) for peer in gathered]
+
+
+def _is_running(pid: int) -> bool:
+    """True unless ``pid`` is gone or a zombie (dead, not yet reaped by torchrun)."""
+    try:
+        with open(f'/proc/{pid}/stat') as file:
+            return file.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _error_text(error: BaseException) -> str:
+    parts, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        parts.append(f'{type(error).__name__}: {error}')
+        error = error.__cause__ or error.__context__
+    return '\n'.join(parts)
+
+
+def _short_cause(text: str) -> str:
+    """The first line of a backend error without gloo's source location and advice."""
+    line = text.splitlines()[0]
+    line = line.split('] ', 1)[1] if line.count('[') and '] ' in line else line
+    return line.split('. This is typically caused', 1)[0].strip()[:200]
+
+
+def explain_collective_failure(error: BaseException, iteration: int | None = None) -> str | None:
+    """One line for an error a collective raised because a peer died or hung, else None.
+
+    Args:
+        error (BaseException): What training raised.
+        iteration (int | None): The iteration it failed in, for the message. Default: None.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return None
+    text = _error_text(error)
+    if not (isinstance(error, getattr(dist, 'DistError', ()))
+            or any(marker in text for marker in _PEER_FAILURE_MARKERS)):
+        return None
+    rank, host = dist.get_rank(), socket.gethostname()
+    where = f' in iteration {iteration}' if iteration is not None else ''
+    here = [(r, pid) for r, (peer_host, pid) in enumerate(_peers) if peer_host == host and r != rank]
+    dead = [f'rank {r} (pid {pid})' for r, pid in here if not _is_running(pid)]
+    elsewhere = len(_peers) - 1 - len(here)
+    if dead:
+        verdict = f'{", ".join(dead)} {"is" if len(dead) == 1 else "are"} no longer running'
+    elif _peers:
+        verdict = ('every other rank on this host is still running, so a rank on another host '
+                   f'({elsewhere} there) died or hung' if elsewhere else
+                   'every other rank is still running: one of them hung')
+    else:
+        verdict = 'another rank died or hung'
+    return (f'rank {rank}: a collective operation with the other ranks failed{where} '
+            f'({_short_cause(text)}): {verdict}. Training cannot go on without it. With torchrun '
+            'restarts (MAX_RESTARTS=N bash tools/dist_train.sh ...) the group restarts and '
+            'resumes from last_checkpoint; otherwise continue with --resume.')

@@ -1,4 +1,6 @@
-"""What tools/train.py and tools/test.py share: config loading, preflight, device adaptation."""
+"""What tools/train.py and tools/test.py share: config loading, preflight, device adaptation, and
+one line (no traceback) for the failures a long run meets: bad input, a stop signal, a dead data
+loader worker, a dead rank."""
 import gc
 import logging
 import os
@@ -11,9 +13,12 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 from .cpu_memory import cache_freed_cpu_memory
+from .dataloader_faults import explain_worker_failure, guard_runner_dataloaders
 from .device import adapt_config_to_device
-from .distributed import init_cpu_process_group
+from .distributed import (DEFAULT_COLLECTIVE_TIMEOUT_S, explain_collective_failure,
+                          init_cpu_process_group, record_peers)
 from .errors import UserError
+from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted
 from .preflight import check_data_roots, check_model_types
 from .run_checks import check_splits_not_empty, check_work_dir
 
@@ -38,7 +43,8 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
 
 def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
     """Check data, work_dir, model types; adapt to the device (on a CPU also the allocator, see
-    :mod:`.cpu_memory`), join a CPU process group, build."""
+    :mod:`.cpu_memory`), join a CPU process group, build; data loaders get a timeout and worker
+    guards (:mod:`.dataloader_faults`), ranks note each other (:func:`.record_peers`)."""
     distributed = cfg.launcher != 'none'
     check_data_roots(cfg, loaders)
     check_splits_not_empty(cfg, loaders)
@@ -48,30 +54,51 @@ def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
     if not torch.cuda.is_available():
         cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
     if distributed and cfg.launcher == 'pytorch' and not torch.cuda.is_available():
-        init_cpu_process_group()
+        dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
+        init_cpu_process_group(dist_cfg.get('timeout') or DEFAULT_COLLECTIVE_TIMEOUT_S)
     if 'runner_type' in cfg:
         from mmengine.registry import RUNNERS
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+        runner = RUNNERS.build(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
+    guard_runner_dataloaders(runner)
+    record_peers()
+    return runner
 
 
 def run_tool(main: Callable[[], None]) -> int:
-    """Run a tool's main; a :class:`UserError` prints its message alone and exits 1.
+    """Run a tool's main and return its exit status.
+
+    - a :class:`UserError`, a dead or stuck data-loader worker, or a collective that failed
+      because a rank died: its message alone on stderr (no traceback), status 1;
+    - :class:`~afno_seg.engine.preemption.TrainingInterrupted` (a stop signal; the checkpoint
+      hook has logged it): status :data:`~afno_seg.engine.preemption.INTERRUPTED_EXIT_CODE` (75).
 
     In a torchrun child the process then leaves without interpreter finalization (after flushing
     output and logs): gloo's threads, still referenced by DDP objects that only the garbage
     collector frees, could otherwise abort the rank at exit ("terminate called without an active
     exception", SIGABRT) after its work is done.
     """
-    code = 0
+    code, peers_lost = 0, False
     try:
         main()
     except UserError as error:
         print(f'error: {error}', file=sys.stderr)
         code = 1
+    except TrainingInterrupted:
+        code = INTERRUPTED_EXIT_CODE
+    except Exception as error:
+        message = explain_worker_failure(error)
+        if message is None:
+            message = explain_collective_failure(error, _current_iteration())
+            peers_lost = message is not None
+        if message is None:
+            raise
+        print(f'error: {message}', file=sys.stderr)
+        code = 1
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            _leave_process_group()
+            _leave_process_group(barrier=not peers_lost)
     if 'TORCHELASTIC_RUN_ID' in os.environ:  # set by torchrun for its children only
         sys.stdout.flush()
         sys.stderr.flush()
@@ -80,10 +107,21 @@ def run_tool(main: Callable[[], None]) -> int:
     return code
 
 
-def _leave_process_group() -> None:
-    """Wait for every rank, free the cycles that hold DDP's reducer, then destroy the group."""
+def _current_iteration() -> int | None:
+    """The training iteration running now (mmengine's runtime info), if any."""
+    from mmengine.logging import MessageHub
     try:
-        torch.distributed.barrier()
+        return MessageHub.get_current_instance().get_info('iter') + 1
+    except Exception:  # no runner built yet, or not training
+        return None
+
+
+def _leave_process_group(barrier: bool = True) -> None:
+    """Wait for every rank (unless one is known to be gone), free the cycles that hold DDP's
+    reducer, then destroy the group."""
+    try:
+        if barrier:
+            torch.distributed.barrier()
     except RuntimeError:  # a peer already failed: leave anyway
         pass
     gc.collect()

@@ -1,0 +1,201 @@
+"""Data-loader workers: a dead or stuck worker is an error naming it and its sample, in bounded time.
+
+What PyTorch does on its own (torch 2.x ``DataLoader`` with ``num_workers > 0``):
+
+* a worker killed by a signal (the kernel's OOM killer sends SIGKILL) raises
+  ``DataLoader worker (pid 4242) is killed by signal: Killed.`` in the main process, naming a
+  process id nobody knows, not the worker or the sample it was loading;
+* a worker that hangs (a stuck network file system, a transform in an endless loop) blocks
+  training forever: ``timeout`` defaults to 0, no limit;
+* a stop signal sent to every process of a job (Slurm signals the whole job step, torchrun a
+  worker's process group) kills the workers too (SIGUSR1's default action; SIGTERM from anyone
+  but their parent), and the main process fails with the message above instead of saving a
+  checkpoint (:mod:`~afno_seg.engine.preemption`).
+
+:func:`guard_runner_dataloaders` makes every data loader the Runner builds use a ``timeout``
+(:data:`DEFAULT_TIMEOUT_S` unless the config sets ``timeout``, 0 turning it off) and a
+:class:`WorkerGuard` around its ``worker_init_fn``, which, in each worker, records its process id
+and the index of the sample it is loading (in shared memory) and lets the main process handle
+the stop signals: SIGINT and SIGUSR1 are ignored and SIGTERM ends the worker only when its parent
+sent it (what PyTorch does on shutdown). :func:`explain_worker_failure` turns PyTorch's error
+into one line naming the loader, the worker, the sample index and its file.
+"""
+import multiprocessing
+import os
+import re
+import signal
+import threading
+import time
+import weakref
+from functools import wraps
+
+import torch
+
+__all__ = ['DEFAULT_TIMEOUT_S', 'WorkerGuard', 'explain_worker_failure', 'guard_dataloader',
+           'guard_runner_dataloaders']
+
+DEFAULT_TIMEOUT_S = 600  # one batch; generous for a slow first read from a network file system
+_IDLE = -1.0
+_FIELDS = 3  # per worker: pid, index being loaded (-1: idle), time it started (time.time())
+_WORKER_PIDS = re.compile(r'DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\)')
+_TIMED_OUT = re.compile(r'DataLoader timed out after ([\d.]+) seconds')
+
+_guards: 'weakref.WeakSet[WorkerGuard]' = weakref.WeakSet()
+
+
+class WorkerGuard:
+    """``worker_init_fn`` wrapper: stop signals left to the main process, sample tracking.
+
+    Args:
+        num_workers (int): The loader's ``num_workers``.
+        init_fn (callable | None): The ``worker_init_fn`` to call after (mmengine's seeding).
+            Default: None.
+        name (str): The loader, for messages (``'train_dataloader'``). Default: 'dataloader'.
+    """
+
+    def __init__(self, num_workers: int, init_fn=None, name: str = 'dataloader') -> None:
+        self.num_workers, self.init_fn, self.name = num_workers, init_fn, name
+        # Shared with the workers (fork inherits it; spawn pickles it with the Process).
+        self.slots = multiprocessing.Array('d', [0.0, _IDLE, 0.0] * num_workers, lock=False)
+        self.dataset = None  # the main process's dataset, to name a sample's file
+        _guards.add(self)
+
+    def __call__(self, worker_id: int) -> None:
+        _leave_stop_signals_to_parent()
+        self.slots[_FIELDS * worker_id] = os.getpid()
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            _track_samples(info.dataset, self.slots, _FIELDS * worker_id)
+        if self.init_fn is not None:
+            self.init_fn(worker_id)
+
+    def workers(self) -> list[dict]:
+        """Per worker: ``pid``, ``index`` being loaded (None when idle), ``seconds`` on it."""
+        now, out = time.time(), []
+        for worker_id in range(self.num_workers):
+            pid, index, started = self.slots[_FIELDS * worker_id:_FIELDS * (worker_id + 1)]
+            busy = index != _IDLE
+            out.append(dict(worker=worker_id, pid=int(pid), index=int(index) if busy else None,
+                            seconds=now - started if busy else None))
+        return out
+
+    def describe_sample(self, index: int) -> str:
+        text = f'sample {index}'
+        try:
+            info = self.dataset.get_data_info(index)
+            path = info.get('img_path') or info.get('filename')
+            if path:
+                text += f' ({path})'
+        except Exception:  # a dataset without get_data_info: the index is all we know
+            pass
+        return text
+
+
+def _leave_stop_signals_to_parent() -> None:
+    """In a worker: the main process checkpoints on stop signals and then shuts workers down."""
+    if threading.current_thread() is threading.main_thread():
+        signal.set_wakeup_fd(-1)  # inherited from the main process's StopSignals by fork
+        for name in ('SIGINT', 'SIGUSR1'):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        # SIGTERM: only from the parent (PyTorch's shutdown), read by a thread with sigwaitinfo.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        threading.Thread(target=_exit_on_sigterm_from_parent, name='afno_seg-worker-sigterm',
+                         daemon=True).start()
+
+
+def _exit_on_sigterm_from_parent() -> None:
+    parent = os.getppid()
+    while True:
+        info = signal.sigwaitinfo({signal.SIGTERM})
+        if info.si_pid == parent or os.getppid() != parent:
+            os._exit(0)
+
+
+def _track_samples(dataset, slots, offset: int) -> None:
+    """Make this worker's copy of ``dataset`` record the index it is loading in ``slots``."""
+    cls = type(dataset)
+    if getattr(cls, '_afno_seg_tracked', False) or not hasattr(cls, '__getitem__'):
+        return
+    original = cls.__getitem__
+
+    @wraps(original)
+    def getitem(self, index):
+        slots[offset + 1], slots[offset + 2] = float(index), time.time()
+        try:
+            return original(self, index)
+        finally:
+            slots[offset + 1] = _IDLE
+
+    try:  # a subclass of this worker's copy only: the main process's dataset is untouched
+        dataset.__class__ = type(cls.__name__, (cls, ), dict(__getitem__=getitem,
+                                                              _afno_seg_tracked=True))
+    except TypeError:
+        pass
+
+
+def guard_dataloader(loader, name: str = 'dataloader'):
+    """Wrap ``loader.worker_init_fn`` in a :class:`WorkerGuard` (loaders with workers only)."""
+    if getattr(loader, 'num_workers', 0) > 0 and not isinstance(loader.worker_init_fn,
+                                                                 WorkerGuard):
+        guard = WorkerGuard(loader.num_workers, loader.worker_init_fn, name)
+        guard.dataset = loader.dataset
+        loader.worker_init_fn = guard
+    return loader
+
+
+def guard_runner_dataloaders(runner, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Make ``runner`` build every data loader with a timeout and a :class:`WorkerGuard`."""
+    build = runner.build_dataloader
+
+    @wraps(build)
+    def build_guarded(dataloader, *args, **kwargs):
+        name = 'dataloader'
+        if isinstance(dataloader, dict):
+            for candidate in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+                if getattr(runner, f'_{candidate}', None) is dataloader:
+                    name = candidate
+            if dataloader.get('num_workers', 0) and 'timeout' not in dataloader:
+                dataloader = {**dataloader, 'timeout': timeout_s}
+        return guard_dataloader(build(dataloader, *args, **kwargs), name)
+
+    runner.build_dataloader = build_guarded
+
+
+def explain_worker_failure(error: BaseException) -> str | None:
+    """One line for PyTorch's "worker died" / "timed out" errors, naming worker and sample."""
+    text = str(error)
+    guards = list(_guards)
+    dead = _WORKER_PIDS.search(text)
+    if dead:
+        pids = [int(pid) for pid in dead[1].replace(' ', '').split(',') if pid]
+        how = text.split(')', 1)[1].strip(' .') if ')' in text else 'exited'
+        named = []
+        for guard in guards:
+            for worker in guard.workers():
+                if worker['pid'] in pids:
+                    what = (f'while loading {guard.describe_sample(worker["index"])}'
+                            if worker['index'] is not None else 'between samples')
+                    named.append(f'{guard.name} worker {worker["worker"]} (pid {worker["pid"]}) '
+                                 f'{how} {what}')
+        if not named:
+            named = [f'data-loader worker (pid(s) {", ".join(map(str, pids))}) {how}']
+        hint = (' SIGKILL is what the kernel\'s OOM killer sends when memory runs out (see '
+                '`dmesg`): lower num_workers or the batch size, or add memory.'
+                if 'Killed' in text or 'SIGKILL' in text else '')
+        return f'{"; ".join(named)}.{hint} Continue with --resume.'
+    timed_out = _TIMED_OUT.search(text)
+    if timed_out:
+        busy = [(guard, worker) for guard in guards for worker in guard.workers()
+                if worker['index'] is not None]
+        busy.sort(key=lambda item: -item[1]['seconds'])
+        if busy:
+            guard, worker = busy[0]
+            stuck = (f'{guard.name} worker {worker["worker"]} (pid {worker["pid"]}) has been '
+                     f'loading {guard.describe_sample(worker["index"])} for '
+                     f'{worker["seconds"]:.0f} s')
+        else:
+            stuck = 'no worker is inside a sample (stuck in collate or in a transfer)'
+        return (f'no batch from the data-loader workers within the timeout of {timed_out[1]} s: '
+                f'{stuck}. Check that file and the file system; a loader\'s `timeout` (seconds, '
+                f'default {DEFAULT_TIMEOUT_S}, 0 = wait forever) is set in its config dict.')
+    return None

@@ -1,0 +1,179 @@
+"""Stop signals: finish the iteration, checkpoint, exit; a second signal exits at once.
+
+Clusters end jobs with a signal: Slurm sends SIGTERM on pre-emption and at the time limit (and,
+with ``--signal=USR1@T``, SIGUSR1 ``T`` seconds before), torchrun's agent forwards SIGTERM to its
+workers, a person presses Ctrl-C (SIGINT). Python's default kills the run mid-iteration (SIGTERM,
+SIGUSR1) or raises ``KeyboardInterrupt`` wherever it happens to be (SIGINT), so everything since
+the last periodic checkpoint is lost.
+
+:class:`StopSignals` replaces those defaults while training runs: the first signal is only
+recorded; :class:`~afno_seg.engine.checkpoint_hook.AtomicCheckpointHook` looks at the record after
+each iteration, makes every rank agree on it (one all-reduce), saves a checkpoint and raises
+:class:`TrainingInterrupted`, which ``tools/train.py`` turns into exit status
+:data:`INTERRUPTED_EXIT_CODE`. A second signal exits at once with status ``128 + signal number``,
+from a watcher thread, so it works even while the main thread is blocked in C code (a checkpoint
+write, a collective); a checkpoint being written then stays a hidden temporary file and
+``last_checkpoint`` keeps naming the previous complete one.
+
+Copies of one signal: Slurm signals every process of a job step and torchrun forwards what it
+receives, so one event can arrive twice within milliseconds. Signals within
+:data:`SAME_EVENT_WINDOW_S` of the first count as the same event.
+"""
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+__all__ = ['INTERRUPTED_EXIT_CODE', 'SAME_EVENT_WINDOW_S', 'StopSignals', 'TrainingInterrupted',
+           'resolve_signals', 'restart_count']
+
+# sysexits.h EX_TEMPFAIL ("temporary failure; the user is invited to retry"): what a requeue
+# wrapper (tools/slurm_train.sh) looks for.
+INTERRUPTED_EXIT_CODE = 75
+SAME_EVENT_WINDOW_S = 1.0
+DEFAULT_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1')
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on a signal after a complete iteration (and its checkpoint).
+
+    Args:
+        signal_name (str): The signal that asked for the stop (``'SIGTERM'``, ...).
+        iteration (int): The last completed iteration.
+        checkpoint (str | None): The checkpoint holding that iteration, or None when none was
+            written (epoch-based training).
+    """
+
+    def __init__(self, signal_name: str, iteration: int, checkpoint: str | None) -> None:
+        self.signal_name, self.iteration, self.checkpoint = signal_name, iteration, checkpoint
+        saved = (f'checkpoint {checkpoint} written' if checkpoint else 'no checkpoint written')
+        super().__init__(f'{signal_name}: training stopped after iteration {iteration}, {saved}')
+
+
+def resolve_signals(names: Sequence[str | int]) -> list[signal.Signals]:
+    """``['SIGTERM', 10]`` -> ``[Signals.SIGTERM, Signals.SIGUSR1]``; unknown names raise."""
+    resolved = []
+    for name in names:
+        try:
+            resolved.append(signal.Signals(name) if isinstance(name, int) else
+                            signal.Signals[name.upper()])
+        except (KeyError, ValueError):
+            raise ValueError(f'unknown signal {name!r}; use names such as SIGTERM, SIGINT, '
+                             'SIGUSR1') from None
+    return resolved
+
+
+class StopSignals:
+    """Record the first stop signal; exit at once on a later one.
+
+    Args:
+        signals (Sequence[str | int]): Signals that ask for a stop. Default: SIGTERM, SIGINT,
+            SIGUSR1.
+        describe_state (Callable[[], str] | None): Called (from the watcher thread) for the
+            message printed on an immediate exit, e.g. what ``last_checkpoint`` names.
+            Default: None.
+    """
+
+    def __init__(self, signals: Sequence[str | int] = DEFAULT_SIGNALS,
+                 describe_state: Callable[[], str] | None = None) -> None:
+        self.signals = resolve_signals(signals)
+        self.describe_state = describe_state
+        self.received: signal.Signals | None = None
+        self._first_at: float | None = None  # when the watcher saw the first delivery
+        self._previous_handlers: dict = {}
+        self._previous_wakeup_fd = -1
+        self._pipe: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def installed(self) -> bool:
+        return self._pipe is not None
+
+    def install(self) -> bool:
+        """Install the handlers (main thread only; returns False elsewhere, changing nothing)."""
+        if self.installed or not self.signals:
+            return self.installed
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        for number in self.signals:
+            # Python's C-level handler writes the number to the wakeup pipe, which the watcher
+            # reads even while the main thread is busy in C code; the Python-level one runs in
+            # the main thread at the next bytecode, so a signal a process sends itself is
+            # recorded before its next line runs.
+            self._previous_handlers[number] = signal.signal(number, self._record)
+        self._previous_wakeup_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        self._pipe = (read_end, write_end)
+        self._thread = threading.Thread(target=self._watch, args=(read_end, ),
+                                        name='afno_seg-stop-signals', daemon=True)
+        self._thread.start()
+        return True
+
+    def uninstall(self) -> None:
+        """Restore the previous handlers (main thread only)."""
+        if not self.installed:
+            return
+        signal.set_wakeup_fd(self._previous_wakeup_fd)
+        for number, handler in self._previous_handlers.items():
+            signal.signal(number, handler)
+        self._previous_handlers = {}
+        read_end, write_end = self._pipe
+        self._pipe = None
+        os.close(write_end)  # the watcher reads EOF and ends
+        self._thread.join(timeout=5)
+        os.close(read_end)
+
+    def _watch(self, read_end: int) -> None:
+        wanted = {int(number) for number in self.signals}
+        while True:
+            try:
+                data = os.read(read_end, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for number in data:  # other signals with Python handlers (SIGCHLD) come here too
+                if number in wanted:
+                    self._on_stop_signal(signal.Signals(number))
+
+    def _record(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signal.Signals(signum)
+
+    def _on_stop_signal(self, number: signal.Signals) -> None:
+        """Each delivery, seen by the watcher thread: the first is recorded, a later one exits."""
+        now = time.monotonic()
+        if self._first_at is None:
+            self._first_at = now
+            if self.received is None:
+                self.received = number
+            return
+        if now - self._first_at < SAME_EVENT_WINDOW_S:
+            return  # a copy of the first event (see the module docstring)
+        state = ''
+        if self.describe_state is not None:
+            try:
+                state = ' ' + self.describe_state()
+            except Exception:  # never let a report stop the exit
+                state = ''
+        message = (f'\nsecond stop signal ({number.name} after {self.received.name}): exiting '
+                   f'now, without a checkpoint of the current iteration.{state}\n')
+        try:
+            os.write(2, message.encode())
+        finally:
+            os._exit(128 + int(number))
+
+
+def restart_count() -> tuple[str, int] | None:
+    """``('torchrun', n)`` / ``('Slurm', n)`` when this process is the n-th restart (n >= 1)."""
+    for launcher, variable in (('torchrun', 'TORCHELASTIC_RESTART_COUNT'),
+                               ('Slurm', 'SLURM_RESTART_COUNT')):
+        try:
+            count = int(os.environ.get(variable, '0'))
+        except ValueError:
+            continue
+        if count > 0:
+            return launcher, count
+    return None
