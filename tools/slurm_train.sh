@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
-# Training on a Slurm cluster (mmseg's slurm_train.sh interface).
+# Training on a Slurm cluster (mmseg's slurm_train.sh interface), surviving pre-emption and the
+# time limit.
 #   GPUS=16 bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG [train.py args]
-set -euo pipefail
+#
+# srun asks Slurm for SIGUSR1 SIGNAL_LEAD seconds (default 180) before the time limit; train.py
+# then (as on SIGTERM, which pre-emption sends) finishes its iteration, saves a checkpoint and
+# exits with status 75 (docs/reliability.md). On status 75 this script
+#   - inside a batch job (SLURM_JOB_ID set, e.g. sbatch --requeue wrapping this script):
+#     `scontrol requeue $SLURM_JOB_ID`; the requeued job runs again and train.py resumes by itself
+#     (SLURM_RESTART_COUNT > 0);
+#   - otherwise: runs srun again with --resume (a new allocation), at most MAX_REQUEUES times
+#     (default 20).
+# Any other status is returned as it is.
+set -uo pipefail
 PARTITION=$1
 JOB_NAME=$2
 CONFIG=$3
@@ -9,16 +20,37 @@ GPUS=${GPUS:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
+SIGNAL_LEAD=${SIGNAL_LEAD:-180}
+MAX_REQUEUES=${MAX_REQUEUES:-20}
+INTERRUPTED=75
 here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-$( [ -x "$here/../.venv/bin/python" ] && echo "$here/../.venv/bin/python" || echo python )}
 
-PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" \
-srun -p "$PARTITION" \
-    --job-name="$JOB_NAME" \
-    --gres=gpu:"$GPUS_PER_NODE" \
-    --ntasks="$GPUS" \
-    --ntasks-per-node="$GPUS_PER_NODE" \
-    --cpus-per-task="$CPUS_PER_TASK" \
-    --kill-on-bad-exit=1 \
-    $SRUN_ARGS \
-    "$PYTHON" -u "$here/train.py" "$CONFIG" --launcher=slurm "${@:4}"
+resume=()
+for attempt in $(seq 0 "$MAX_REQUEUES"); do
+    PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" \
+    srun -p "$PARTITION" \
+        --job-name="$JOB_NAME" \
+        --gres=gpu:"$GPUS_PER_NODE" \
+        --ntasks="$GPUS" \
+        --ntasks-per-node="$GPUS_PER_NODE" \
+        --cpus-per-task="$CPUS_PER_TASK" \
+        --kill-on-bad-exit=1 \
+        --signal=USR1@"$SIGNAL_LEAD" \
+        $SRUN_ARGS \
+        "$PYTHON" -u "$here/train.py" "$CONFIG" --launcher=slurm "${@:4}" "${resume[@]}"
+    status=$?
+    if [ "$status" -ne "$INTERRUPTED" ]; then
+        exit "$status"
+    fi
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+        echo "slurm_train.sh: training interrupted (status $status); requeueing job $SLURM_JOB_ID" >&2
+        scontrol requeue "$SLURM_JOB_ID"
+        exit $?
+    fi
+    echo "slurm_train.sh: training interrupted (status $status); running it again with --resume" \
+         "($((attempt + 1)) of $MAX_REQUEUES)" >&2
+    resume=(--resume)
+done
+echo "slurm_train.sh: still interrupted after $MAX_REQUEUES reruns; giving up" >&2
+exit "$INTERRUPTED"

@@ -182,7 +182,7 @@ class AtomicCheckpointHook(CheckpointHook):
         step = runner.iter + 1
         if (signal_number or due) and self._last_saved_step != step:
             reason = (f'stop signal {_signal_name(signal_number)}' if signal_number else
-                      f'{self.interval_minutes:g} minutes since the last save')
+                      f'{self.interval_minutes:g} min since the last save')
             runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
             self._save_checkpoint(runner)
         if signal_number and step < runner.max_iters:

@@ -168,7 +168,8 @@ def explain_worker_failure(error: BaseException) -> str | None:
     dead = _WORKER_PIDS.search(text)
     if dead:
         pids = [int(pid) for pid in dead[1].replace(' ', '').split(',') if pid]
-        how = text.split(')', 1)[1].strip(' .') if ')' in text else 'exited'
+        how = text[dead.end():].split('. ', 1)[0].strip(' .').replace('is killed', 'was killed')
+        how = how or 'exited'
         named = []
         for guard in guards:
             for worker in guard.workers():
@@ -176,7 +177,7 @@ def explain_worker_failure(error: BaseException) -> str | None:
                     what = (f'while loading {guard.describe_sample(worker["index"])}'
                             if worker['index'] is not None else 'between samples')
                     named.append(f'{guard.name} worker {worker["worker"]} (pid {worker["pid"]}) '
-                                 f'{how} {what}')
+                                 f'{how}, {what}')
         if not named:
             named = [f'data-loader worker (pid(s) {", ".join(map(str, pids))}) {how}']
         hint = (' SIGKILL is what the kernel\'s OOM killer sends when memory runs out (see '

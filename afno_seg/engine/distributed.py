@@ -17,6 +17,7 @@ longer running (checked through ``/proc`` for ranks on this host).
 import datetime
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -27,6 +28,7 @@ __all__ = ['DEFAULT_COLLECTIVE_TIMEOUT_S', 'DeviceAwareDistributedDataParallel',
            'explain_collective_failure', 'init_cpu_process_group', 'record_peers']
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
+PEER_EXIT_WAIT_S = 3.0
 # Fragments of the errors gloo, NCCL and c10d raise when a peer is gone or silent.
 _PEER_FAILURE_MARKERS = ('gloo', 'NCCL', 'ProcessGroup', 'c10d', 'Connection reset by peer',
                          'Connection closed by peer')
@@ -56,7 +58,15 @@ def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> N
     if missing:
         raise RuntimeError(f'--launcher pytorch needs torchrun\'s environment; missing {missing}. '
                            'Start with tools/dist_train.sh or torchrun.')
-    dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=timeout_s))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store, rank, world_size = next(dist.rendezvous('env://', timeout=timeout))
+    # torchrun keeps one store across restarts: without a prefix per attempt, a restarted group
+    # reads the gloo addresses of the processes it replaced ("connectFullMesh failed ...
+    # Connection refused", measured with torch 2.14, static and c10d rendezvous alike).
+    attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')
+    store = dist.PrefixStore(f'afno_seg/attempt_{attempt}/', store)
+    dist.init_process_group('gloo', store=store, rank=rank, world_size=world_size,
+                            timeout=timeout)
 
 
 def record_peers() -> None:
@@ -73,7 +83,7 @@ def _is_running(pid: int) -> bool:
     """True unless ``pid`` is gone or a zombie (dead, not yet reaped by torchrun)."""
     try:
         with open(f'/proc/{pid}/stat') as file:
-            return file.read().rsplit(')', 1)[1].split()[0] != 'Z'
+            return file.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
     except (OSError, IndexError):
         try:
             os.kill(pid, 0)
@@ -82,6 +92,17 @@ def _is_running(pid: int) -> bool:
         except PermissionError:
             return True
         return True
+
+
+def _stopped_ranks(candidates: list[tuple[int, int]], wait_s: float) -> list[tuple[int, int]]:
+    """The (rank, pid) of ``candidates`` no longer running, waiting up to ``wait_s`` seconds:
+    a killed process closes its sockets (which fails our collective) a moment before it dies."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        stopped = [(rank, pid) for rank, pid in candidates if not _is_running(pid)]
+        if stopped or time.monotonic() >= deadline:
+            return stopped
+        time.sleep(0.05)
 
 
 def _error_text(error: BaseException) -> str:
@@ -116,7 +137,7 @@ def explain_collective_failure(error: BaseException, iteration: int | None = Non
     rank, host = dist.get_rank(), socket.gethostname()
     where = f' in iteration {iteration}' if iteration is not None else ''
     here = [(r, pid) for r, (peer_host, pid) in enumerate(_peers) if peer_host == host and r != rank]
-    dead = [f'rank {r} (pid {pid})' for r, pid in here if not _is_running(pid)]
+    dead = [f'rank {r} (pid {pid})' for r, pid in _stopped_ranks(here, PEER_EXIT_WAIT_S)]
     elsewhere = len(_peers) - 1 - len(here)
     if dead:
         verdict = f'{", ".join(dead)} {"is" if len(dead) == 1 else "are"} no longer running'

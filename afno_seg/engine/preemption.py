@@ -64,8 +64,14 @@ def resolve_signals(names: Sequence[str | int]) -> list[signal.Signals]:
     return resolved
 
 
+_active: 'StopSignals | None' = None  # the installed instance (one per process)
+
+
 class StopSignals:
     """Record the first stop signal; exit at once on a later one.
+
+    One instance is installed at a time: installing another uninstalls the first (a run that
+    ended with an exception before it could uninstall leaves no handlers behind).
 
     Args:
         signals (Sequence[str | int]): Signals that ask for a stop. Default: SIGTERM, SIGINT,
@@ -96,6 +102,10 @@ class StopSignals:
             return self.installed
         if threading.current_thread() is not threading.main_thread():
             return False
+        global _active
+        if _active is not None:
+            _active.uninstall()
+        _active = self
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         for number in self.signals:
@@ -113,8 +123,11 @@ class StopSignals:
 
     def uninstall(self) -> None:
         """Restore the previous handlers (main thread only)."""
+        global _active
         if not self.installed:
             return
+        if _active is self:
+            _active = None
         signal.set_wakeup_fd(self._previous_wakeup_fd)
         for number, handler in self._previous_handlers.items():
             signal.signal(number, handler)
