@@ -161,9 +161,27 @@ def guard_runner_dataloaders(runner, timeout_s: float = DEFAULT_TIMEOUT_S) -> No
     runner.build_dataloader = build_guarded
 
 
+def _chain(error: BaseException):
+    """``error`` and its causes: PyTorch raises a dead worker's error from a SIGCHLD handler,
+    wherever the main thread is, and the code there may wrap it (mmengine's config formatting
+    turns it into a SyntaxError)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
 def explain_worker_failure(error: BaseException) -> str | None:
     """One line for PyTorch's "worker died" / "timed out" errors, naming worker and sample."""
-    text = str(error)
+    for cause in _chain(error):
+        message = _explain(str(cause))
+        if message is not None:
+            return message
+    return None
+
+
+def _explain(text: str) -> str | None:
     guards = list(_guards)
     dead = _WORKER_PIDS.search(text)
     if dead:

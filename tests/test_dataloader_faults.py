@@ -1,0 +1,117 @@
+"""Data-loader workers: one killed (as by the OOM killer) or stuck is an error naming the worker and
+its sample within a bounded time; stop signals sent to the workers too leave the shutdown to the
+main process.
+
+In-process runs on the tiny config with two workers; a test transform misbehaves in a worker
+(never in the main process) when it reaches a chosen image.
+"""
+import gc
+import os
+import signal
+import time
+
+import pytest
+import torch
+from mmseg.registry import TRANSFORMS
+
+import afno_seg  # noqa: F401  (registers everything)
+from afno_seg.engine.dataloader_faults import (DEFAULT_TIMEOUT_S, WorkerGuard, _chain,
+                                               explain_worker_failure)
+from test_reliability import make_runner
+
+VICTIM = 'leftImg8bit/train/'  # completed with a file name by each test
+
+
+@TRANSFORMS.register_module(force=True)
+class MisbehaveInWorker:
+    """Test only: in a data-loader worker, on ``victim``'s image, SIGKILL itself or hang."""
+
+    def __init__(self, victim: str, mode: str) -> None:
+        self.victim, self.mode = victim, mode
+
+    def __call__(self, results: dict) -> dict:
+        if (torch.utils.data.get_worker_info() is not None
+                and results['img_path'].endswith(self.victim)):
+            if self.mode == 'kill':
+                os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer sends
+            time.sleep(60)  # stuck (a dead NFS mount, an endless loop)
+        return results
+
+
+def faulty_runner(data_root, work_dir, victim: str, mode: str, **options):
+    pipeline = [dict(type='MisbehaveInWorker', victim=victim, mode=mode),
+                dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
+                dict(type='RandomCrop', crop_size=(64, 64)), dict(type='PackSegInputs')]
+    return make_runner(data_root, work_dir, **{
+        'train_cfg.max_iters': 40, 'train_dataloader.num_workers': 2,
+        'train_dataloader.persistent_workers': False, 'train_dataloader.dataset.pipeline': pipeline,
+        **options})
+
+
+def victim_image(data_root) -> str:
+    return sorted(str(p) for p in (data_root / 'leftImg8bit' / 'train').rglob('*.png'))[5]
+
+
+def train_until_failure(runner) -> tuple[BaseException, float]:
+    started = time.monotonic()
+    with pytest.raises(Exception) as failure:  # see explain_worker_failure: maybe wrapped
+        runner.train()
+    return failure.value, time.monotonic() - started
+
+
+def shut_down(runner) -> None:
+    """Stop the loader's workers now (the stuck one included) instead of at interpreter exit."""
+    iterator = getattr(runner.train_loop.dataloader_iterator, '_iterator', None)
+    if iterator is not None and hasattr(iterator, '_shutdown_workers'):
+        iterator._shutdown_workers()
+    del runner
+    gc.collect()
+
+
+def test_killed_worker_is_named_with_its_sample(tiny_demo_data, tmp_path):
+    victim = victim_image(tiny_demo_data)
+    runner = faulty_runner(tiny_demo_data, tmp_path, os.path.basename(victim), 'kill')
+    error, elapsed = train_until_failure(runner)
+    torch_message = next(str(e) for e in _chain(error) if 'DataLoader worker' in str(e))
+    assert torch_message.startswith('DataLoader worker (pid')  # PyTorch's: only a pid
+    message = explain_worker_failure(error)
+    guard = runner.train_dataloader.worker_init_fn
+    assert isinstance(guard, WorkerGuard) and guard.name == 'train_dataloader'
+    index = next(i for i in range(len(guard.dataset))
+                 if guard.dataset.get_data_info(i)['img_path'] == victim)
+    assert message is not None, str(error)
+    assert message.startswith('train_dataloader worker '), message
+    assert f'was killed by signal: Killed, while loading sample {index} ({victim})' in message
+    assert "OOM killer" in message and message.endswith('Continue with --resume.')
+    assert elapsed < 60
+    shut_down(runner)
+
+
+def test_stuck_worker_is_an_error_within_the_timeout(tiny_demo_data, tmp_path):
+    victim = victim_image(tiny_demo_data)
+    runner = faulty_runner(tiny_demo_data, tmp_path, os.path.basename(victim), 'hang',
+                           **{'train_dataloader.timeout': 3})
+    error, elapsed = train_until_failure(runner)
+    assert any('DataLoader timed out after 3 seconds' in str(e) for e in _chain(error))
+    message = explain_worker_failure(error)
+    assert message is not None, str(error)
+    assert message.startswith('no batch from the data-loader workers within the timeout of 3 s: '
+                              'train_dataloader worker '), message
+    assert f'has been loading sample' in message and f'({victim}) for ' in message
+    assert elapsed < 3 + 40  # the timeout, plus the batches before the victim's
+    shut_down(runner)
+
+
+def test_loaders_get_a_default_timeout_unless_the_config_sets_one(tiny_demo_data, tmp_path):
+    runner = make_runner(tiny_demo_data, tmp_path, **{'train_dataloader.num_workers': 2,
+                                                      'train_dataloader.persistent_workers': False})
+    assert runner.train_dataloader.timeout == DEFAULT_TIMEOUT_S
+    assert isinstance(runner.train_dataloader.worker_init_fn, WorkerGuard)
+    config = runner.cfg.train_dataloader.to_dict()
+    assert runner.build_dataloader({**config, 'timeout': 0}).timeout == 0  # 0: wait forever
+    no_workers = runner.build_dataloader({**config, 'num_workers': 0, 'persistent_workers': False})
+    assert no_workers.timeout == 0 and not isinstance(no_workers.worker_init_fn, WorkerGuard)
+
+
+def test_unrelated_errors_are_not_explained():
+    assert explain_worker_failure(RuntimeError('CUDA out of memory')) is None
