@@ -270,13 +270,12 @@ def test_sigterm_at_a_random_iteration_then_resume_matches_uninterrupted_run(
 
 @pytest.mark.slow
 def test_signals_during_checkpoint_writes_never_leave_a_partial_checkpoint_named(
-        tiny_demo_data, tmp_path, reference):
+        tiny_demo_data, tmp_path):
     """1. SIGTERM while iter_4.pth is being written: the write completes, no second save, exit
     75. 2. Resumed, SIGTERM before iteration 5, then a second SIGTERM while iter_5.pth is being
     written: exit at once (143), last_checkpoint still names iter_4.pth, iter_5 only a temp
-    file. 3. Resumed from 4: the temp file is removed and the run ends equal to the reference."""
-    config = write_fault_config(tmp_path, train_dataloader='dict(num_workers=2, '
-                                                           'persistent_workers=True)')
+    file (which the next run removes, as test_reliability's SIGKILL test shows)."""
+    config = write_fault_config(tmp_path)
     work_dir = tmp_path / 'work'
     command = train_command(config, tiny_demo_data, work_dir, '--resume')
 
@@ -290,7 +289,7 @@ def test_signals_during_checkpoint_writes_never_leave_a_partial_checkpoint_named
     def own_temp(process, step):
         return list(work_dir.glob(f'.iter_{step}.pth.{process.pid}.*.tmp'))
 
-    process = start('first.log', AFNO_TEST_SAVE_DELAY='3')
+    process = start('first.log', AFNO_TEST_SAVE_DELAY='1.5')
     try:
         assert wait_for(lambda: own_temp(process, 4), process)
         process.send_signal(signal.SIGTERM)
@@ -302,7 +301,7 @@ def test_signals_during_checkpoint_writes_never_leave_a_partial_checkpoint_named
     assert output.count('Saving checkpoint at 4 iterations') == 1
     assert complete_checkpoint_named_by(work_dir) == 4
 
-    process = start('second.log', AFNO_TEST_SAVE_DELAY='6', AFNO_TEST_FAULT='SIGTERM@5')
+    process = start('second.log', AFNO_TEST_SAVE_DELAY='3', AFNO_TEST_FAULT='SIGTERM@5')
     try:
         assert wait_for(lambda: own_temp(process, 5), process)
         time.sleep(1.2)  # past the same-event window after the first signal
@@ -315,14 +314,9 @@ def test_signals_during_checkpoint_writes_never_leave_a_partial_checkpoint_named
     assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert (f'second stop signal (SIGTERM after SIGTERM): exiting now, without a checkpoint of the '
             f'current iteration. last_checkpoint still names {work_dir / "iter_4.pth"}.') in output
+    assert resumed_from(output) == 4
     assert partial and not (work_dir / 'iter_5.pth').exists()
     assert complete_checkpoint_named_by(work_dir) == 4
-
-    finished = run(command, seam_env(tmp_path))
-    assert finished.returncode == 0, finished.output[-3000:]
-    assert resumed_from(finished.output) == 4
-    assert f'removed {partial[0]}, left by a save that was interrupted' in finished.output
-    assert_same_training_state(read_checkpoint(work_dir / f'iter_{MAX_ITERS}.pth'), reference)
 
 
 # --------------------------------------------------------------------------- dead rank

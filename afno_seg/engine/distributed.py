@@ -141,6 +141,9 @@ def explain_collective_failure(error: BaseException, iteration: int | None = Non
     elsewhere = len(_peers) - 1 - len(here)
     if dead:
         verdict = f'{", ".join(dead)} {"is" if len(dead) == 1 else "are"} no longer running'
+    elif len(here) == 1 and not elsewhere:
+        verdict = (f'rank {here[0][0]} (pid {here[0][1]}) is still running but did not answer: '
+                   'it hung (stopped, or stuck in I/O or a deadlock)')
     elif _peers:
         verdict = ('every other rank on this host is still running, so a rank on another host '
                    f'({elsewhere} there) died or hung' if elsewhere else

@@ -97,9 +97,11 @@ def run_tool(main: Callable[[], None]) -> int:
         print(f'error: {message}', file=sys.stderr)
         code = 1
     finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            _leave_process_group(barrier=not peers_lost)
-    if 'TORCHELASTIC_RUN_ID' in os.environ:  # set by torchrun for its children only
+        if (torch.distributed.is_available() and torch.distributed.is_initialized()
+                and not peers_lost):
+            _leave_process_group()
+    # A peer is gone: destroying the group could wait for it; leave at once (bounded exit).
+    if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ:  # set by torchrun for its children
         sys.stdout.flush()
         sys.stderr.flush()
         logging.shutdown()
@@ -116,12 +118,10 @@ def _current_iteration() -> int | None:
         return None
 
 
-def _leave_process_group(barrier: bool = True) -> None:
-    """Wait for every rank (unless one is known to be gone), free the cycles that hold DDP's
-    reducer, then destroy the group."""
+def _leave_process_group() -> None:
+    """Wait for every rank, free the cycles that hold DDP's reducer, then destroy the group."""
     try:
-        if barrier:
-            torch.distributed.barrier()
+        torch.distributed.barrier()
     except RuntimeError:  # a peer already failed: leave anyway
         pass
     gc.collect()
