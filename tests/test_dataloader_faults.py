@@ -19,9 +19,6 @@ from afno_seg.engine.dataloader_faults import (DEFAULT_TIMEOUT_S, WorkerGuard, _
                                                explain_worker_failure)
 from test_reliability import make_runner
 
-VICTIM = 'leftImg8bit/train/'  # completed with a file name by each test
-
-
 @TRANSFORMS.register_module(force=True)
 class MisbehaveInWorker:
     """Test only: in a data-loader worker, on ``victim``'s image, SIGKILL itself or hang."""
@@ -97,7 +94,7 @@ def test_stuck_worker_is_an_error_within_the_timeout(tiny_demo_data, tmp_path):
     assert message is not None, str(error)
     assert message.startswith('no batch from the data-loader workers within the timeout of 3 s: '
                               'train_dataloader worker '), message
-    assert f'has been loading sample' in message and f'({victim}) for ' in message
+    assert 'has been loading sample' in message and f'({victim}) for ' in message
     assert elapsed < 3 + 40  # the timeout, plus the batches before the victim's
     shut_down(runner)
 

@@ -137,7 +137,7 @@ stop = StopSignals(describe_state=lambda: 'last_checkpoint still names iter_4.pt
 stop.install()
 os.kill(os.getpid(), signal.SIGTERM)
 print('first:', stop.received.name, flush=True)
-threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+threading.Timer(2.5, os.kill, (os.getpid(), signal.SIGINT)).start()
 threading.Event().wait(60)  # the main thread blocked: only the watcher thread can react
 print('still running')
 '''
@@ -301,10 +301,10 @@ def test_signals_during_checkpoint_writes_never_leave_a_partial_checkpoint_named
     assert output.count('Saving checkpoint at 4 iterations') == 1
     assert complete_checkpoint_named_by(work_dir) == 4
 
-    process = start('second.log', AFNO_TEST_SAVE_DELAY='3', AFNO_TEST_FAULT='SIGTERM@5')
+    process = start('second.log', AFNO_TEST_SAVE_DELAY='4', AFNO_TEST_FAULT='SIGTERM@5')
     try:
         assert wait_for(lambda: own_temp(process, 5), process)
-        time.sleep(1.2)  # past the same-event window after the first signal
+        time.sleep(1.5)  # past the same-event window after the first signal
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=300)
         partial = own_temp(process, 5)

@@ -44,7 +44,8 @@ for attempt in $(seq 0 "$MAX_REQUEUES"); do
         exit "$status"
     fi
     if [ -n "${SLURM_JOB_ID:-}" ]; then
-        echo "slurm_train.sh: training interrupted (status $status); requeueing job $SLURM_JOB_ID" >&2
+        echo "slurm_train.sh: training interrupted (status $status);" \
+             "requeueing job $SLURM_JOB_ID" >&2
         scontrol requeue "$SLURM_JOB_ID"
         exit $?
     fi

@@ -1,4 +1,4 @@
-"""Data-loader workers: a dead or stuck worker is an error naming it and its sample, in bounded time.
+"""Data-loader workers: a dead or stuck one is an error naming it and its sample, in bounded time.
 
 What PyTorch does on its own (torch 2.x ``DataLoader`` with ``num_workers > 0``):
 

@@ -38,7 +38,8 @@ _peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
 
 @MODEL_WRAPPERS.register_module()
 class DeviceAwareDistributedDataParallel(MMDistributedDataParallel):
-    """``MMDistributedDataParallel`` that wraps CPU modules too (DDP forbids ``device_ids`` there)."""
+    """``MMDistributedDataParallel`` that wraps CPU modules too (DDP forbids ``device_ids``
+    there)."""
 
     def __init__(self, module: torch.nn.Module, device_ids=None, **kwargs) -> None:
         on_cpu = all(p.device.type == 'cpu' for p in module.parameters())
@@ -54,7 +55,8 @@ def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> N
     """
     if dist.is_initialized():
         return
-    missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT') if k not in os.environ]
+    missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
+               if k not in os.environ]
     if missing:
         raise RuntimeError(f'--launcher pytorch needs torchrun\'s environment; missing {missing}. '
                            'Start with tools/dist_train.sh or torchrun.')
@@ -136,7 +138,8 @@ def explain_collective_failure(error: BaseException, iteration: int | None = Non
         return None
     rank, host = dist.get_rank(), socket.gethostname()
     where = f' in iteration {iteration}' if iteration is not None else ''
-    here = [(r, pid) for r, (peer_host, pid) in enumerate(_peers) if peer_host == host and r != rank]
+    here = [(r, pid) for r, (peer_host, pid) in enumerate(_peers)
+            if peer_host == host and r != rank]
     dead = [f'rank {r} (pid {pid})' for r, pid in _stopped_ranks(here, PEER_EXIT_WAIT_S)]
     elsewhere = len(_peers) - 1 - len(here)
     if dead:
