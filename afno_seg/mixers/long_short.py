@@ -140,22 +140,41 @@ class LongShortAttentionMixer(TokenMixer):
         return long_key, long_value
 
     def key_mask(self, hw_shape: tuple[int, int], device: torch.device) -> Tensor:
-        """``(nW, 1, (w + 2p)^2 + r)`` bool: True where a window's key lies inside the grid."""
-        inside = torch.ones(1, *hw_shape, 1, device=device)  # padded with zeros below
-        regions = self._key_regions(inside, hw_shape)[0] > 0  # (nW, (w + 2p)^2, 1)
-        long_keys = regions.new_ones(regions.shape[0], self.num_landmarks, 1)
-        return torch.cat([regions, long_keys], dim=1).transpose(1, 2)
+        """``(1, nW, 1, (w + 2p)^2 + r)`` bool: True where a window's key lies inside the grid.
 
-    def _key_regions(self, grid: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        """``(M, H, W, d) -> (M, nW, (w + 2p)^2, d)``: each window's key region, zero outside."""
+        4-D on purpose: torch's fused CPU (flash) kernel takes a mask only in that layout and
+        otherwise falls back to the math path, which stores the attention weights.
+        """
+        inside = torch.ones(1, *hw_shape, 1, device=device)  # padded with zeros below
+        landmarks = inside.new_ones(1, self.num_landmarks, 1)
+        return (self.window_keys(inside, landmarks, hw_shape) > 0).transpose(2, 3)
+
+    def window_keys(self, grid: Tensor, landmarks: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        """Each window's keys ``(M, nW, (w + 2p)^2 + r, d)``: its key region (zero outside the
+        grid), then the ``r`` long keys. ``grid``: ``(M, H, W, d)``; ``landmarks``: ``(M, r, d)``.
+
+        Padded by ``p`` before and to whole windows plus one after, the grid is cut into ``w x w``
+        blocks; the key region of window ``(a, b)`` is then block ``(a, b)``, the first ``2p``
+        columns of block ``(a, b + 1)``, the first ``2p`` rows of block ``(a + 1, b)`` and the
+        ``2p x 2p`` corner of block ``(a + 1, b + 1)``. One concatenation of these shifted views
+        builds every window's keys; its backward is slice-adds (``Tensor.unfold``, the obvious
+        alternative, has a backward several times slower on CPU). The order of the keys inside a
+        window is irrelevant to attention; :meth:`key_mask` is built by this same function.
+        """
         height, width = hw_shape
-        win, halo, side = self.window_size, self.window_size // 2, self.region_size
-        pad_h, pad_w = -height % win, -width % win
-        grid = F.pad(grid, (0, 0, halo, halo + pad_w, halo, halo + pad_h))
-        # (M, rows, cols, d, side, side): overlapping regions at the stride of the windows.
-        regions = grid.unfold(1, side, win).unfold(2, side, win)
-        regions = regions.permute(0, 1, 2, 4, 5, 3)
-        return regions.reshape(grid.shape[0], -1, side * side, grid.shape[-1])
+        win, halo = self.window_size, self.window_size // 2
+        rows, cols = -(-height // win), -(-width // win)
+        grid = F.pad(grid, (0, 0, halo, (cols + 1) * win - width - halo,
+                            halo, (rows + 1) * win - height - halo))
+        # (M, rows + 1, cols + 1, w, w, d): block (a, b) holds padded rows [a w, a w + w), ...
+        blocks = grid.view(grid.shape[0], rows + 1, win, cols + 1, win, grid.shape[-1])
+        blocks = blocks.permute(0, 1, 3, 2, 4, 5).contiguous()
+        pieces = [blocks[:, down:down + rows, right:right + cols, :extent_h, :extent_w].flatten(3, 4)
+                  for down, extent_h in ((0, win), (1, 2 * halo)) if extent_h
+                  for right, extent_w in ((0, win), (1, 2 * halo)) if extent_w]
+        pieces.append(landmarks[:, None, None].expand(-1, rows, cols, -1, -1))
+        keys = torch.cat(pieces, dim=3)
+        return keys.view(grid.shape[0], rows * cols, keys.shape[3], grid.shape[-1])
 
     def attend(self, query: Tensor, key: Tensor, value: Tensor, long_key: Tensor,
                long_value: Tensor, hw_shape: tuple[int, int]) -> Tensor:
@@ -178,9 +197,8 @@ class LongShortAttentionMixer(TokenMixer):
         queries = queries.view(folded, rows, win, cols, win, dims).permute(0, 1, 3, 2, 4, 5)
         queries = queries.reshape(folded, rows * cols, win * win, dims)
         keys, values = [
-            torch.cat([self._key_regions(grid_of(norm(t).to(dtype)), hw_shape),
-                       far.to(dtype).reshape(folded, 1, -1, dims).expand(-1, rows * cols, -1, -1)],
-                      dim=2)
+            self.window_keys(grid_of(norm(t).to(dtype)), far.to(dtype).reshape(folded, -1, dims),
+                             hw_shape)
             for norm, t, far in [(self.norm_short_key, key, long_key),
                                  (self.norm_short_value, value, long_value)]]
         out = F.scaled_dot_product_attention(
