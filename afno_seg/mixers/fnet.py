@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..registry import register_model
-from .base import TokenMixer
+from .base import TokenMixer, Variant
 from .spectral import fft_flops, grid_to_tokens, run_in_fp32, tokens_to_grid
 
 __all__ = ['FNetMixer']
@@ -87,6 +87,12 @@ class FNetMixer(TokenMixer):
             by device and grid size from measurements. Default: ``'auto'``.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {'fnet': Variant('FNet')}
+    example_args = dict(dft_matmul=False)
+    extra_examples = {'matmul-hartley': dict(dft_matmul=True, transform='hartley')}
+    spectral = True
+    flop_terms = ('fft', 'dft_matmul')  # one of the two, by path
 
     def __init__(self, embed_dims: int, transform: str = 'fourier',
                  dft_matmul: bool | str = 'auto', init_cfg: dict | None = None) -> None:
