@@ -14,7 +14,7 @@ from mmcv.cnn import build_norm_layer
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .base import TokenMixer
+from .base import TokenMixer, Variant
 
 __all__ = ['LongShortAttentionMixer']
 
@@ -75,8 +75,10 @@ class LongShortAttentionMixer(TokenMixer):
             ``dict(type='LN', eps=1e-6)`` as MiT's norms.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
-    variants = {'ls': {}}
+    variants = {'ls': Variant('Long-Short (Transformer-LS)',
+                              dict(window_size=8, num_landmarks=32))}
     example_args = dict(num_heads=2, window_size=2, num_landmarks=4)
+    extra_examples = {'odd-window': dict(num_heads=2, window_size=3, num_landmarks=3)}
     spectral = False
     stores_grid = False
     flop_terms = ('qkv', 'dynamic_projection', 'long_range_kv', 'attention', 'proj')
