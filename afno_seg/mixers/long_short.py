@@ -52,8 +52,9 @@ class LongShortAttentionMixer(TokenMixer):
     Implementation: windows of queries ``(B h, nW, w^2, d)`` against their key regions with the
     ``r`` long keys appended ``(B h, nW, (w + 2p)^2 + r, d)``, through
     ``F.scaled_dot_product_attention`` with a boolean mask for the out-of-grid keys. Chosen over
-    explicit matmuls: the fused CPU/CUDA kernels take the mask and never store the
-    ``N ((w+2p)^2 + r)`` logits for the backward, and the FLOP tracer counts the call exactly.
+    explicit matmuls: fused kernels (CPU flash, CUDA memory-efficient) take the mask and do not
+    store the ``N ((w+2p)^2 + r)`` attention weights for the backward, and the FLOP tracer counts
+    the call exactly (``Q K^T`` and ``A V`` over every window's keys, masked ones included).
     The dynamic projection (the softmax over all N tokens and the two reductions over N) runs in
     at least fp32 with autocast off, see :meth:`long_range_keys_values`.
 
@@ -162,9 +163,9 @@ class LongShortAttentionMixer(TokenMixer):
         blocks; the key region of window ``(a, b)`` is then block ``(a, b)``, the first ``2p``
         columns of block ``(a, b + 1)``, the first ``2p`` rows of block ``(a + 1, b)`` and the
         ``2p x 2p`` corner of block ``(a + 1, b + 1)``. One concatenation of these shifted views
-        builds every window's keys; its backward is slice-adds (``Tensor.unfold``, the obvious
-        alternative, has a backward several times slower on CPU). The order of the keys inside a
-        window is irrelevant to attention; :meth:`key_mask` is built by this same function.
+        builds every window's keys; its backward is slice-adds (``Tensor.unfold``'s backward, the
+        obvious alternative, is much slower on CPU). The order of the keys inside a window does
+        not matter to attention; :meth:`key_mask` is built by this same function.
         """
         height, width = hw_shape
         win, halo = self.window_size, self.window_size // 2
@@ -174,9 +175,10 @@ class LongShortAttentionMixer(TokenMixer):
         # (M, rows + 1, cols + 1, w, w, d): block (a, b) holds padded rows [a w, a w + w), ...
         blocks = grid.view(grid.shape[0], rows + 1, win, cols + 1, win, grid.shape[-1])
         blocks = blocks.permute(0, 1, 3, 2, 4, 5).contiguous()
-        pieces = [blocks[:, down:down + rows, right:right + cols, :extent_h, :extent_w].flatten(3, 4)
-                  for down, extent_h in ((0, win), (1, 2 * halo)) if extent_h
-                  for right, extent_w in ((0, win), (1, 2 * halo)) if extent_w]
+        # (block offset, rows/columns taken from it) along each axis; no halo block when w = 1.
+        extents = [(0, win), (1, 2 * halo)] if halo else [(0, win)]
+        pieces = [blocks[:, down:down + rows, right:right + cols, :height_in, :width_in]
+                  .flatten(3, 4) for down, height_in in extents for right, width_in in extents]
         pieces.append(landmarks[:, None, None].expand(-1, rows, cols, -1, -1))
         keys = torch.cat(pieces, dim=3)
         return keys.view(grid.shape[0], rows * cols, keys.shape[3], grid.shape[-1])
