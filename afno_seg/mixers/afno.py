@@ -55,10 +55,9 @@ class AFNOMixer(TokenMixer):
       between the FFTs and the GEMMs. The default (``fused``) path is one autograd function
       with a hand-written backward (:class:`~.afno_fused.FusedAFNO`): grid ``(C, B, H, W)``
       so that a block's modes of the whole batch are one matrix, no conjugated GEMM operands,
-      no spectrum-sized temporaries beyond the GEMM outputs. On the development CPU (1 thread,
-      B3 stage sizes) it ran 1.2-1.3x faster than the composed path and took 1.1-1.35x the
-      time of a bare FFT round trip plus one matmul of the same multiply-adds
-      (``BENCHMARKS.md``).
+      no spectrum-sized temporaries beyond the GEMM outputs. Its time against the composed
+      path and against its floor (a bare FFT round trip plus one matmul of the same
+      multiply-adds) is measured in ``BENCHMARKS.md``.
     * Numerics: spectral work in float32 with autocast off, result cast back to the input dtype.
 
     Shapes: ``x (B, H*W, C) -> (B, H*W, C)``; any ``H, W``. Parameters (the released layout, so
