@@ -13,11 +13,16 @@ import time
 import pytest
 import torch
 from mmseg.registry import TRANSFORMS
+from test_reliability import make_runner
 
 import afno_seg  # noqa: F401  (registers everything)
-from afno_seg.engine.dataloader_faults import (DEFAULT_TIMEOUT_S, WorkerGuard, _chain,
-                                               explain_worker_failure)
-from test_reliability import make_runner
+from afno_seg.engine.dataloader_faults import (
+    DEFAULT_TIMEOUT_S,
+    WorkerGuard,
+    _chain,
+    explain_worker_failure,
+)
+
 
 @TRANSFORMS.register_module(force=True)
 class MisbehaveInWorker:

@@ -20,15 +20,28 @@ from pathlib import Path
 import pytest
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
+from test_reliability import (
+    assert_same_training_state,
+    cli_options,
+    complete_checkpoint_named_by,
+    data_roots,
+    make_runner,
+    read_checkpoint,
+    seam_env,
+    wait_for,
+    write_seamed_config,
+)
 
 import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.engine import checkpoint_hook
-from afno_seg.engine.preemption import (INTERRUPTED_EXIT_CODE, StopSignals, TrainingInterrupted,
-                                        restart_count)
+from afno_seg.engine.preemption import (
+    INTERRUPTED_EXIT_CODE,
+    StopSignals,
+    TrainingInterrupted,
+    restart_count,
+)
+
 from conftest import ROOT
-from test_reliability import (assert_same_training_state, cli_options, complete_checkpoint_named_by,
-                              data_roots, make_runner, read_checkpoint, seam_env, wait_for,
-                              write_seamed_config)
 
 MAX_ITERS = 8
 

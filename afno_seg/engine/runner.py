@@ -15,8 +15,12 @@ from mmengine.runner import Runner
 from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import explain_worker_failure, guard_runner_dataloaders
 from .device import adapt_config_to_device
-from .distributed import (DEFAULT_COLLECTIVE_TIMEOUT_S, explain_collective_failure,
-                          init_cpu_process_group, record_peers)
+from .distributed import (
+    DEFAULT_COLLECTIVE_TIMEOUT_S,
+    explain_collective_failure,
+    init_cpu_process_group,
+    record_peers,
+)
 from .errors import UserError
 from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted
 from .preflight import check_data_roots, check_model_types
