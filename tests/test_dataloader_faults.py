@@ -73,7 +73,9 @@ def shut_down(runner) -> None:
 def test_killed_worker_is_named_with_its_sample(tiny_demo_data, tmp_path):
     victim = victim_image(tiny_demo_data)
     runner = faulty_runner(tiny_demo_data, tmp_path, os.path.basename(victim), 'kill')
+    previous = signal.getsignal(signal.SIGTERM)
     error, elapsed = train_until_failure(runner)
+    assert signal.getsignal(signal.SIGTERM) is previous  # the stop handlers are released
     torch_message = next(str(e) for e in _chain(error) if 'DataLoader worker' in str(e))
     assert torch_message.startswith('DataLoader worker (pid')  # PyTorch's: only a pid
     message = explain_worker_failure(error)
@@ -93,7 +95,9 @@ def test_stuck_worker_is_an_error_within_the_timeout(tiny_demo_data, tmp_path):
     victim = victim_image(tiny_demo_data)
     runner = faulty_runner(tiny_demo_data, tmp_path, os.path.basename(victim), 'hang',
                            **{'train_dataloader.timeout': 3})
+    previous = signal.getsignal(signal.SIGTERM)
     error, elapsed = train_until_failure(runner)
+    assert signal.getsignal(signal.SIGTERM) is previous  # the stop handlers are released
     assert any('DataLoader timed out after 3 seconds' in str(e) for e in _chain(error))
     message = explain_worker_failure(error)
     assert message is not None, str(error)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 
 __all__ = ['INTERRUPTED_EXIT_CODE', 'SAME_EVENT_WINDOW_S', 'StopSignals', 'TrainingInterrupted',
-           'resolve_signals', 'restart_count']
+           'release_stop_signals', 'resolve_signals', 'restart_count']
 
 # sysexits.h EX_TEMPFAIL ("temporary failure; the user is invited to retry"): what a requeue
 # wrapper (tools/slurm_train.sh) looks for.
@@ -177,6 +177,12 @@ class StopSignals:
             os.write(2, message.encode())
         finally:
             os._exit(128 + int(number))
+
+
+def release_stop_signals() -> None:
+    """Uninstall the installed :class:`StopSignals`, if any (after training, however it ended)."""
+    if _active is not None:
+        _active.uninstall()
 
 
 def restart_count() -> tuple[str, int] | None:

@@ -1,6 +1,7 @@
 """What tools/train.py and tools/test.py share: config loading, preflight, device adaptation, and
 one line (no traceback) for the failures a long run meets: bad input, a stop signal, a dead data
 loader worker, a dead rank."""
+import functools
 import gc
 import logging
 import os
@@ -22,7 +23,7 @@ from .distributed import (
     record_peers,
 )
 from .errors import UserError
-from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted
+from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted, release_stop_signals
 from .preflight import check_data_roots, check_model_types
 from .run_checks import check_splits_not_empty, check_work_dir
 
@@ -66,8 +67,25 @@ def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
     else:
         runner = Runner.from_cfg(cfg)
     guard_runner_dataloaders(runner)
+    _release_stop_signals_after_training(runner)
     record_peers()
     return runner
+
+
+def _release_stop_signals_after_training(runner: Runner) -> None:
+    """Python's signal handlers back once ``runner.train()`` returns or raises: the checkpoint
+    hook restores them itself only when training ends normally or on a signal (mmengine has no
+    hook for an exception), and a process that goes on (a test session) must get them back."""
+    train = runner.train
+
+    @functools.wraps(train)
+    def train_then_release_signals(*args, **kwargs):
+        try:
+            return train(*args, **kwargs)
+        finally:
+            release_stop_signals()
+
+    runner.train = train_then_release_signals
 
 
 def run_tool(main: Callable[[], None]) -> int:
