@@ -157,13 +157,12 @@ class AtomicCheckpointHook(CheckpointHook):
             self._stop = None
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        try:
-            super().after_train_iter(runner, batch_idx, data_batch, outputs)
-            if not self.by_epoch:
-                self._save_on_signal_or_clock(runner)
-        except BaseException:
-            self._release_signals()
-            raise
+        # On an exception the handlers stay until build_runner's wrapper of runner.train()
+        # releases them (or the next install replaces them): restoring Python's fatal default
+        # here would let torchrun's SIGTERM cut the failing tool's message short.
+        super().after_train_iter(runner, batch_idx, data_batch, outputs)
+        if not self.by_epoch:
+            self._save_on_signal_or_clock(runner)
 
     def _agreed_requests(self) -> tuple[int, bool]:
         """(largest stop-signal number any rank received or 0, whether any rank's clock says
@@ -186,7 +185,8 @@ class AtomicCheckpointHook(CheckpointHook):
             runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
             self._save_checkpoint(runner)
         if signal_number and step < runner.max_iters:
-            self._release_signals()
+            # The handlers stay until build_runner's wrapper of runner.train() sets them to
+            # SIG_IGN (in a tool) or back: a repeated signal must not kill before exit 75.
             name = _signal_name(signal_number)
             runner.logger.warning(
                 f'{name} received: training stopped after iteration {step}; '

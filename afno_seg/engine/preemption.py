@@ -121,8 +121,14 @@ class StopSignals:
         self._thread.start()
         return True
 
-    def uninstall(self) -> None:
-        """Restore the previous handlers (main thread only)."""
+    def uninstall(self, ignore: bool = False) -> None:
+        """Restore the previous handlers (main thread only).
+
+        Args:
+            ignore (bool): Set the signals to ``SIG_IGN`` instead, in one step (no moment with
+                the default, fatal action): for a process about to exit after a failure, whose
+                message a following SIGTERM (torchrun's) must not cut short. Default: False.
+        """
         global _active
         if not self.installed:
             return
@@ -130,7 +136,7 @@ class StopSignals:
             _active = None
         signal.set_wakeup_fd(self._previous_wakeup_fd)
         for number, handler in self._previous_handlers.items():
-            signal.signal(number, handler)
+            signal.signal(number, signal.SIG_IGN if ignore else handler)
         self._previous_handlers = {}
         read_end, write_end = self._pipe
         self._pipe = None
@@ -179,10 +185,11 @@ class StopSignals:
             os._exit(128 + int(number))
 
 
-def release_stop_signals() -> None:
-    """Uninstall the installed :class:`StopSignals`, if any (after training, however it ended)."""
+def release_stop_signals(ignore: bool = False) -> None:
+    """Uninstall the installed :class:`StopSignals`, if any (after training, however it ended);
+    ``ignore`` as in :meth:`StopSignals.uninstall`."""
     if _active is not None:
-        _active.uninstall()
+        _active.uninstall(ignore)
 
 
 def restart_count() -> tuple[str, int] | None:

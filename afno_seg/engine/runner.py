@@ -46,6 +46,9 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
     return cfg
 
 
+_tool_running = False  # inside run_tool: a failure ends the process
+
+
 def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
     """Check data, work_dir, model types; adapt to the device (on a CPU also the allocator, see
     :mod:`.cpu_memory`), join a CPU process group, build; data loaders get a timeout and worker
@@ -81,9 +84,14 @@ def _release_stop_signals_after_training(runner: Runner) -> None:
     @functools.wraps(train)
     def train_then_release_signals(*args, **kwargs):
         try:
-            return train(*args, **kwargs)
-        finally:
-            release_stop_signals()
+            result = train(*args, **kwargs)
+        except BaseException:
+            # A tool that failed exits after its one-line message; torchrun's SIGTERM to the
+            # survivors of a dead rank arrives meanwhile and must not kill it first.
+            release_stop_signals(ignore=_tool_running)
+            raise
+        release_stop_signals()
+        return result
 
     runner.train = train_then_release_signals
 
@@ -101,7 +109,8 @@ def run_tool(main: Callable[[], None]) -> int:
     collector frees, could otherwise abort the rank at exit ("terminate called without an active
     exception", SIGABRT) after its work is done.
     """
-    code, peers_lost = 0, False
+    global _tool_running
+    code, peers_lost, _tool_running = 0, False, True
     try:
         main()
     except UserError as error:
@@ -119,6 +128,7 @@ def run_tool(main: Callable[[], None]) -> int:
         print(f'error: {message}', file=sys.stderr)
         code = 1
     finally:
+        _tool_running = False
         if (torch.distributed.is_available() and torch.distributed.is_initialized()
                 and not peers_lost):
             _leave_process_group()

@@ -1,0 +1,76 @@
+"""A dead rank in a 2-process gloo run through tools/dist_train.sh: with a torchrun restart the run
+ends bitwise equal to one never interrupted; without, every process exits naming the dead rank.
+
+The rank kills itself before a chosen iteration (tests/test_preemption.py's fault seam).
+"""
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from test_preemption import MAX_ITERS, resumed_from, run, write_fault_config
+from test_reliability import (
+    assert_same_training_state,
+    cli_options,
+    complete_checkpoint_named_by,
+    data_roots,
+    read_checkpoint,
+    seam_env,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+def dist_train(config, data_root, work_dir, folder, **variables) -> subprocess.CompletedProcess:
+    env = seam_env(folder, PYTHON=sys.executable, PORT=str(free_port()), SHUTDOWN_TIMEOUT='20',
+                   **variables)
+    return run(['bash', 'tools/dist_train.sh', config, '2', '--work-dir', str(work_dir),
+                *cli_options({**data_roots(data_root), 'env_cfg.dist_cfg.timeout': 60})], env,
+               timeout=500)
+
+
+@pytest.mark.slow
+def test_sigkilled_rank_with_torchrun_restart_ends_equal_to_uninterrupted_run(tiny_demo_data,
+                                                                              tmp_path):
+    """2 gloo processes; rank 1 SIGKILLed before iteration 5. MAX_RESTARTS=1: torchrun restarts
+    both, they resume from iter_4.pth by themselves and end bitwise equal to a run without the
+    kill."""
+    config = write_fault_config(tmp_path)
+    uninterrupted = dist_train(config, tiny_demo_data, tmp_path / 'reference', tmp_path)
+    assert uninterrupted.returncode == 0, uninterrupted.output[-3000:]
+    restarted = dist_train(config, tiny_demo_data, tmp_path / 'work', tmp_path, MAX_RESTARTS='1',
+                           AFNO_TEST_FAULT='SIGKILL@5@rank1')
+    assert restarted.returncode == 0, restarted.output[-4000:]
+    assert 'rank 1 (pid' in restarted.output and 'is no longer running' in restarted.output
+    assert restarted.output.count('restart 1 by torchrun: resuming') == 2  # both ranks
+    assert resumed_from(restarted.output) == 4
+    assert_same_training_state(read_checkpoint(tmp_path / 'work' / f'iter_{MAX_ITERS}.pth'),
+                               read_checkpoint(tmp_path / 'reference' / f'iter_{MAX_ITERS}.pth'))
+
+
+@pytest.mark.slow
+def test_sigkilled_rank_without_restarts_every_process_names_it_and_exits(tiny_demo_data,
+                                                                          tmp_path):
+    config = write_fault_config(tmp_path)
+    started = time.monotonic()
+    result = dist_train(config, tiny_demo_data, tmp_path / 'work', tmp_path,
+                        AFNO_TEST_FAULT='SIGKILL@5@rank1')
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    # The surviving rank: one line, naming the dead one, no traceback.
+    line = re.search(r'error: rank 0: a collective operation with the other ranks failed in '
+                     r'iteration 5 \(.*\): rank 1 \(pid (\d+)\) is no longer running\. ',
+                     result.output)
+    assert line, result.output[-4000:]
+    # torchrun's summary: rank 1 was the first failure, killed by SIGKILL.
+    root_cause = result.output.split('Root Cause (first observed failure):')[1]
+    assert 'rank      : 1 (local_rank: 1)' in root_cause
+    assert f'exitcode  : -9 (pid: {line[1]})' in root_cause
+    assert complete_checkpoint_named_by(tmp_path / 'work') == 4
+    assert elapsed < 300
