@@ -51,7 +51,7 @@ AFNO_TEST_FAULT='SIGTERM@5' sends SIGTERM to this process before iteration 5; '@
 rank 1; '@group' to the whole process group (data-loader workers too) from another process, as
 Slurm does. Only in a first attempt (not in a process torchrun restarted).
 """
-import os, signal, subprocess
+import os, signal, subprocess, sys
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
@@ -72,8 +72,9 @@ class FaultAtIterationHook(Hook):
         for number, at, where in self.faults:
             if runner.iter + 1 != at:
                 continue
-            if where == 'group':
-                subprocess.run(['kill', '-s', number.name[3:], '--', f'-{os.getpgid(0)}'],
+            if where == 'group':  # from another process, in a session of its own
+                subprocess.run([sys.executable, '-c', 'import os, sys; os.killpg(*map(int, '
+                                'sys.argv[1:]))', str(os.getpgid(0)), str(int(number))],
                                check=True, start_new_session=True)
             elif where is None or where == f"rank{os.environ.get('RANK', '0')}":
                 os.kill(os.getpid(), number)
