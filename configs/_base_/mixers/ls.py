@@ -3,6 +3,5 @@
 # per head dynamically projected from all tokens, one softmax, DualLN. Window and rank are this
 # project's choice for SegFormer-B3's stage grids (the paper's mechanism; its sizes for other
 # backbones are not taken over). AFNO paper, Table 4: 80.5 mIoU.
-# One definition, used by configs/segformer_ls_b3_cityscapes.py (and by an MMPretrain config, if
-# one is added).
+# One definition, used by the Cityscapes and the MMPretrain configs.
 ls_mixer = dict(type='LongShortAttentionMixer', window_size=8, num_landmarks=32)
