@@ -1,9 +1,12 @@
 """A dead rank in a 2-process gloo run through tools/dist_train.sh: with a torchrun restart the run
-ends bitwise equal to one never interrupted; without, every process exits naming the dead rank.
+ends bitwise equal to one never interrupted; without, every process exits naming the dead rank;
+a hung rank is named after the collective timeout.
 
 The rank kills itself before a chosen iteration (tests/test_preemption.py's fault seam).
 """
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +22,8 @@ from test_reliability import (
     read_checkpoint,
     seam_env,
 )
+
+from conftest import ROOT
 
 
 def free_port() -> int:
@@ -74,3 +79,40 @@ def test_sigkilled_rank_without_restarts_every_process_names_it_and_exits(tiny_d
     assert f'exitcode  : -9 (pid: {line[1]})' in root_cause
     assert complete_checkpoint_named_by(tmp_path / 'work') == 4
     assert elapsed < 300
+
+
+@pytest.mark.slow
+def test_hung_rank_is_named_after_the_collective_timeout(tiny_demo_data, tmp_path):
+    """Rank 1 stops (SIGSTOP) before iteration 5: rank 0's next collective fails after
+    env_cfg.dist_cfg.timeout (10 s) and it names rank 1 as hung, instead of waiting forever."""
+    config = write_fault_config(tmp_path)
+    env = seam_env(tmp_path, PYTHON=sys.executable, PORT=str(free_port()),
+                   AFNO_TEST_FAULT='SIGSTOP@5@rank1')
+    log_path = tmp_path / 'hung.log'
+    with open(log_path, 'w') as log:
+        process = subprocess.Popen(
+            ['bash', 'tools/dist_train.sh', config, '2', '--work-dir', str(tmp_path / 'work'),
+             *cli_options({**data_roots(tiny_demo_data), 'env_cfg.dist_cfg.timeout': 10})],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    pattern = re.compile(r'error: rank 0: a collective operation with the other ranks failed in '
+                         r'iteration 5 \((.*)\): rank 1 \(pid (\d+)\) is still running but did '
+                         r'not answer: it hung')
+    stopped_at, found = None, None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None and not found:
+            text = log_path.read_text()
+            if stopped_at is None and re.search(r'Iter\(train\) \[\s*4/', text):
+                stopped_at = time.monotonic()  # rank 1 stops right after iteration 4
+            found = pattern.search(text)
+            time.sleep(0.1)
+    finally:
+        if found:  # torchrun would SIGKILL the stopped rank only after its shutdown wait
+            os.kill(int(found[2]), signal.SIGKILL)
+        try:
+            process.wait(timeout=120)
+        finally:
+            process.kill()
+    assert found, log_path.read_text()[-4000:]
+    assert 'Timed out waiting 10000ms' in found[1]
+    assert stopped_at is not None and time.monotonic() - stopped_at < 10 + 60
