@@ -43,7 +43,10 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    # Atomic saves; last_checkpoint only ever names a complete file (docs/reliability.md).
-    checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False, interval=16000),
+    # Atomic saves; last_checkpoint only ever names a complete file; also every 30 minutes of
+    # wall clock, so a kill without warning loses minutes, not a 16k-iteration interval, and a
+    # stop signal saves at once (docs/reliability.md).
+    checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False, interval=16000,
+                    interval_minutes=30),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
