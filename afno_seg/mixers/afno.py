@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import register_model
+from .afno_export import afno_real_arithmetic
 from .afno_fused import FusedAFNO, block_matrix, complex_bias
 from .base import TokenMixer
 from .spectral import (SpectralBand, grid_to_tokens, rfft2_flops, run_in_fp32, spectrum_to_grid,
@@ -113,6 +114,9 @@ class AFNOMixer(TokenMixer):
 
     def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         band = SpectralBand.fraction(hw_shape, self.hard_thresholding_fraction)
+        if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul: see afno_export.py
+            return afno_real_arithmetic(x, hw_shape, band, (self.w1, self.b1, self.w2, self.b2),
+                                        self.sparsity_threshold, self.shrink)
         if self.fused and self.shrink == 'split':
             weights = [p.to(x.dtype) for p in (self.w1, self.b1, self.w2, self.b2)]
             keep = torch.is_grad_enabled() and any(t.requires_grad for t in [x, *weights])

@@ -9,8 +9,8 @@ from torch import Tensor, nn
 
 from ..registry import register_model
 from .base import TokenMixer
-from .spectral import (SpectralBand, grid_to_tokens, rfft2_flops, run_in_fp32, spectrum_to_grid,
-                       tokens_to_spectrum)
+from .spectral import (SpectralBand, complex_matmul_in_real_arithmetic, grid_to_tokens,
+                       rfft2_flops, run_in_fp32, spectrum_to_grid, tokens_to_spectrum)
 
 __all__ = ['FNOMixer']
 
@@ -77,8 +77,12 @@ class FNOMixer(TokenMixer):
         modes = band.gather(tokens_to_spectrum(x, hw_shape))  # (B, C, rows, cols)
         batch, channels, rows, cols = modes.shape
         # (B, C, M) -> (M, B, C): one complex bmm over the kept modes, (M, B, C) @ (M, C, C).
-        mixed = torch.bmm(modes.reshape(batch, channels, rows * cols).permute(2, 0, 1),
-                          self.weight_at(band, x.dtype))
+        flat = modes.reshape(batch, channels, rows * cols).permute(2, 0, 1)
+        weight = self.weight_at(band, x.dtype)
+        if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul
+            mixed = complex_matmul_in_real_arithmetic(flat, weight)
+        else:
+            mixed = torch.bmm(flat, weight)
         mixed = mixed.permute(1, 2, 0).reshape(batch, channels, rows, cols)
         return grid_to_tokens(spectrum_to_grid(band.scatter(mixed), hw_shape))
 

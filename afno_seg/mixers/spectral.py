@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    'SpectralBand', 'channels_first_grid', 'fft_flops', 'fp32_island', 'grid_to_tokens',
+    'SpectralBand', 'channels_first_grid', 'complex_matmul_in_real_arithmetic', 'fft_flops', 'fp32_island', 'grid_to_tokens',
     'hermitian_column_weight', 'irfft2_to_tokens', 'kept_count', 'rfft2_flops', 'rfft2_of_tokens',
     'run_in_fp32', 'signed_frequencies',
     'spectral_dtype', 'spectrum_to_grid', 'tokens_from_channels_first', 'tokens_to_grid',
@@ -186,6 +186,15 @@ def spectrum_to_grid(spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     Backward: the adjoint transform (see the module docstring), itself differentiable.
     """
     return _SpectrumToGrid.apply(spectrum, tuple(hw_shape))
+
+
+def complex_matmul_in_real_arithmetic(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` of complex tensors from four real matmuls (ONNX has no complex matmul; its
+    exporter represents complex tensors as real ones with a trailing ``[re, im]`` axis)."""
+    a_parts, b_parts = torch.view_as_real(a), torch.view_as_real(b)
+    a_real, a_imag, b_real, b_imag = a_parts[..., 0], a_parts[..., 1], b_parts[..., 0], b_parts[
+        ..., 1]
+    return torch.complex(a_real @ b_real - a_imag @ b_imag, a_real @ b_imag + a_imag @ b_real)
 
 
 def signed_frequencies(n: int) -> Tensor:
