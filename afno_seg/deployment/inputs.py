@@ -83,10 +83,12 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
             if kind is None and not osp.isdir(spec) and not glob.has_magic(spec):
                 raise UserError(f'{path}: not an image ({", ".join(IMAGE_SUFFIXES)}) nor a video '
                                 f'({", ".join(VIDEO_SUFFIXES)}) by its suffix')
-            if kind is None or osp.abspath(path) in seen:
+            if kind is None:
+                continue
+            matched += 1
+            if osp.abspath(path) in seen:
                 continue
             seen.add(osp.abspath(path))
-            matched += 1
             name = osp.splitext(osp.relpath(path, root) if root else osp.basename(path))[0]
             while name in names:
                 name = osp.join(osp.basename(osp.dirname(osp.abspath(path))) or '_', name)

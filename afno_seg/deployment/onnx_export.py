@@ -86,7 +86,25 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
             input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_shapes=dynamic_shapes,
             external_data=False, verbose=False)
     program.save(out)
+    if dynamic:
+        _drop_intermediate_shapes(out)
     return out
+
+
+def _drop_intermediate_shapes(path: str) -> None:
+    """Remove the exporter's shape annotations of intermediate values (onnxruntime infers its
+    own when it loads the file).
+
+    With dynamic H, W, torch 2.14's exporter annotates the output of ``irfft2``'s inverse DFT with
+    the symbolic size of its input's half axis (``W // 2 + 1``) instead of ``W``; onnxruntime then
+    re-uses a buffer of the wrong size and fails ("Shape mismatch attempting to re-use buffer").
+    """
+    import onnx
+    model = onnx.load(path)
+    del model.graph.value_info[:]
+    for function in model.functions:
+        del function.value_info[:]
+    onnx.save(model, path)
 
 
 def onnx_session(path: str, threads: int | None = None, device: str = 'cpu'):

@@ -271,6 +271,9 @@ class SpectralBand:
         """Kept modes ``(..., n_rows, n_cols)`` -> spectrum ``(..., H, W//2+1)``, 0 elsewhere."""
         if self.is_full:
             return modes
+        if modes.is_complex() and torch.onnx.is_in_onnx_export():  # no complex zeros in ONNX
+            parts = torch.view_as_real(modes)
+            return torch.complex(self.scatter(parts[..., 0]), self.scatter(parts[..., 1]))
         spectrum = modes.new_zeros(*modes.shape[:-2], self.height, self.width // 2 + 1)
         spectrum[..., :self.n_low, :self.n_cols] = modes[..., :self.n_low, :]
         if self.n_high:
