@@ -152,8 +152,10 @@ def expect_one_line_error(result, *fragments, alone=True):
         assert fragment in lines[-1], lines[-1]
 
 
-@pytest.mark.parametrize('case', ['missing checkpoint', 'garbage checkpoint', 'bad image',
-                                  'empty folder', 'missing input', 'cuda without a GPU'])
+@pytest.mark.parametrize('case', [
+    'garbage checkpoint', 'bad image', 'empty folder',
+    *(pytest.param(case, marks=pytest.mark.slow)
+      for case in ('missing checkpoint', 'missing input', 'cuda without a GPU'))])
 def test_bad_inputs_are_one_clear_line(case, checkpoint, images, tmp_path):
     good_image = str(images / 'city' / 'frame0.png')
     arguments, fragments = [checkpoint, good_image], []

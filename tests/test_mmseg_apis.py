@@ -29,14 +29,23 @@ from conftest import TINY_CONFIG, check, run_tool
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / 'shared' / 'data' / 'cityscapes_sample'
 FRAME = SAMPLE / 'leftImg8bit' / 'val' / 'frankfurt' / 'frankfurt_000000_000294_leftImg8bit.png'
-CONFIGS = sorted(glob.glob(str(ROOT / 'configs' / '*.py'))) + [
-    str(ROOT / 'configs' / 'demo' / 'segformer_afno_demo.py')]
-
-pytestmark = pytest.mark.skipif(not FRAME.is_file(), reason=f'no Cityscapes frame at {FRAME}')
 
 
 def config_id(path: str) -> str:
     return osp.basename(path)[:-3]
+
+
+CONFIGS = sorted(glob.glob(str(ROOT / 'configs' / '*.py'))) + [
+    str(ROOT / 'configs' / 'demo' / 'segformer_afno_demo.py')]
+FAST = ('segformer_afno_demo', 'segformer_afno_b3_cityscapes')  # the other configs: slow tests
+
+
+def config_cases():
+    return [pytest.param(path, id=config_id(path),
+                         marks=() if config_id(path) in FAST else pytest.mark.slow)
+            for path in CONFIGS]
+
+pytestmark = pytest.mark.skipif(not FRAME.is_file(), reason=f'no Cityscapes frame at {FRAME}')
 
 
 def reduced(path: str) -> Config:
@@ -77,7 +86,7 @@ def full_frame(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize('path', CONFIGS, ids=config_id)
+@pytest.mark.parametrize('path', config_cases())
 def test_init_model_and_inference_model_on_path_and_array(path, full_frame, tmp_path):
     from mmseg.apis import inference_model, init_model
     cfg = reduced(path)
@@ -89,7 +98,7 @@ def test_init_model_and_inference_model_on_path_and_array(path, full_frame, tmp_
     assert torch.equal(from_path, from_array)
 
 
-@pytest.mark.parametrize('path', CONFIGS, ids=config_id)
+@pytest.mark.parametrize('path', config_cases())
 def test_mmseg_inferencer_on_image_list_and_folder(path, full_frame, tmp_path):
     from mmseg.apis import MMSegInferencer
     cfg = reduced(path)

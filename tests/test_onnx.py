@@ -12,8 +12,9 @@ from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 
 from afno_seg.deployment import (SegmentorLogits, export_onnx, onnx_max_abs_difference,
-                                 onnx_session)
+                                 onnx_session, static_shape_mixers)
 from afno_seg.deployment.benchmark import _mixer_variants
+from afno_seg.engine.errors import UserError
 from afno_seg.mixers import afno as afno_module
 from afno_seg.mixers import fno as fno_module
 from afno_seg.mixers.afno import AFNOMixer
@@ -147,15 +148,42 @@ def test_pytorch2onnx_tool_writes_and_checks_the_file(tmp_path):
     assert 'pkg_resources' not in result.stderr
 
 
-def test_dynamic_export_runs_other_sizes(tmp_path):
-    model = tiny_segmentor('gfn')
-    path = export_onnx(model, (64, 96), str(tmp_path / 'gfn.onnx'), dynamic=True)
+DYNAMIC = ('gfn', )  # fast; the slow test below covers every other variant
+
+
+def check_dynamic_export(variant, tmp_path):
+    model = tiny_segmentor(variant)
+    path = export_onnx(model, (64, 96), str(tmp_path / f'{variant}.onnx'), dynamic=True)
     session = onnx_session(path)
+    assert session.get_inputs()[0].shape[2:] == ['height', 'width']
     for shape in ((64, 96), (96, 160), (72, 120)):
         inputs = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(2))
         assert onnx_max_abs_difference(model, session, inputs) < 1e-4
         with torch.no_grad():
             assert tuple(SegmentorLogits(model)(inputs).shape) == (1, 19, *shape)
+
+
+@pytest.mark.parametrize('variant', DYNAMIC)
+def test_dynamic_export_runs_other_sizes(variant, tmp_path):
+    check_dynamic_export(variant, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('variant', sorted(set(_mixer_variants()) - set(DYNAMIC)))
+def test_dynamic_export_of_every_other_variant_or_a_clear_refusal(variant, tmp_path):
+    if not static_shape_mixers(tiny_segmentor(variant)):
+        check_dynamic_export(variant, tmp_path)
+    else:
+        with pytest.raises(UserError, match='cannot be exported with dynamic H, W'):
+            export_onnx(tiny_segmentor(variant), (64, 96), str(tmp_path / 'x.onnx'),
+                        dynamic=True)
+        assert not (tmp_path / 'x.onnx').exists()
+
+
+def test_dynamic_shape_declarations():
+    assert static_shape_mixers(tiny_segmentor('afno')) == []
+    assert static_shape_mixers(tiny_segmentor('afno25')) == ['AFNOMixer']
+    assert static_shape_mixers(tiny_segmentor('fno')) == ['FNOMixer']
 
 
 def test_bad_checkpoint_is_named_by_the_export_tool(tmp_path):

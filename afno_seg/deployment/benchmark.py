@@ -18,10 +18,11 @@ import numpy as np
 import torch
 from mmengine.config import Config
 
-from .onnx_export import INPUT_NAME, SegmentorLogits, export_onnx, onnx_session
+from .onnx_export import INPUT_NAME, OPSET, SegmentorLogits, export_onnx, onnx_session
 from .predictor import array_pipeline
 
-__all__ = ['ParityResult', 'compare_backends', 'demo_model_configs', 'prepared_input']
+__all__ = ['MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs',
+           'prepared_input']
 
 
 def _mixer_variants() -> dict[str, dict]:
@@ -96,27 +97,51 @@ def _timed(run) -> float:
     return 1e3 * (time.perf_counter() - start)
 
 
+class MixerAlone(torch.nn.Module):
+    """``tokens (1, H*W, C) -> mixer(tokens, (H, W))``, for timing one mixer by itself."""
+
+    def __init__(self, mixer, hw_shape: tuple[int, int]) -> None:
+        super().__init__()
+        self.mixer, self.hw_shape = mixer, tuple(hw_shape)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.mixer(tokens, self.hw_shape)
+
+
+def _export_module(network, inputs: torch.Tensor, path: str) -> None:
+    with torch.no_grad():
+        program = torch.onnx.export(network.eval(), (inputs, ), dynamo=True, opset_version=OPSET,
+                                    input_names=[INPUT_NAME], external_data=False,
+                                    verbose=False)
+    program.save(path)
+
+
 def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                      threads: int = 1, work_dir: str | None = None) -> ParityResult:
     """Export ``model`` at the size of ``inputs``, then compare and time both backends.
 
     Args:
         name (str): Row label.
-        model (nn.Module): The segmentor (eval mode, CPU).
-        inputs (Tensor): ``(1, 3, H, W)`` from :func:`prepared_input`.
+        model (nn.Module): A segmentor (its ``encode_decode`` is exported, as by
+            :func:`.export_onnx`), or any module (e.g. :class:`MixerAlone`) taking ``inputs``.
+        inputs (Tensor): ``(1, 3, H, W)`` from :func:`prepared_input`, or the module's input.
         repeats (int): Timed runs per backend, alternating. Default: 5.
         threads (int): torch and onnxruntime intra-op threads. Default: 1.
         work_dir (str, optional): Where the .onnx goes (a temporary folder if None).
             Default: None.
     """
     torch.set_num_threads(threads)
+    segmentor = hasattr(model, 'encode_decode')
     with tempfile.TemporaryDirectory(dir=work_dir) as folder:
         path = osp.join(folder, f'{name}.onnx')
         start = time.perf_counter()
-        export_onnx(model, tuple(inputs.shape[2:]), path)
+        if segmentor:
+            export_onnx(model, tuple(inputs.shape[2:]), path)
+        else:
+            _export_module(model, inputs, path)
         export_seconds = time.perf_counter() - start
         session = onnx_session(path, threads=threads)
-        network = SegmentorLogits(model.eval())
+        network = SegmentorLogits(model.eval()) if segmentor else model.eval()
         feed = {INPUT_NAME: inputs.numpy()}
         with torch.no_grad():
             expected = network(inputs).numpy()
@@ -126,11 +151,13 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                 torch_ms.append(_timed(lambda: network(inputs)))
                 ort_ms.append(_timed(lambda: session.run(None, feed)))
     torch_median, ort_median = statistics.median(torch_ms[1:]), statistics.median(ort_ms[1:])
-    agreement = float((actual.argmax(1) == expected.argmax(1)).mean())
-    return ParityResult(name, f'{inputs.shape[2]}x{inputs.shape[3]}',
-                        float(np.abs(actual - expected).max()), float(np.abs(expected).max()),
-                        agreement, round(torch_median, 2), round(ort_median, 2),
-                        round(ort_median / torch_median, 3), round(export_seconds, 1))
+    agreement = float((actual.argmax(1) == expected.argmax(1)).mean()) if segmentor else float(
+        'nan')
+    size = 'x'.join(str(s) for s in (inputs.shape[2:] if segmentor else model.hw_shape))
+    return ParityResult(name, size, float(np.abs(actual - expected).max()),
+                        float(np.abs(expected).max()), agreement, round(torch_median, 2),
+                        round(ort_median, 2), round(ort_median / torch_median, 3),
+                        round(export_seconds, 1))
 
 
 def markdown_table(results: list[ParityResult]) -> str:
@@ -139,9 +166,13 @@ def markdown_table(results: list[ParityResult]) -> str:
              'ORT ms | ORT / PyTorch |', '|---|---|---|---|---|---|---|---|']
     for r in results:
         lines.append(f'| {r.model} | {r.input_hw} | {r.max_abs_diff:.2e} | {r.max_abs_logit:.3g} '
-                     f'| {100 * r.argmax_agreement:.3f}% | {r.torch_ms:.1f} | {r.ort_ms:.1f} | '
+                     f'| {_percent(r.argmax_agreement)} | {r.torch_ms:.1f} | {r.ort_ms:.1f} | '
                      f'{r.ratio:.2f} |')
     return '\n'.join(lines) + '\n'
+
+
+def _percent(fraction: float) -> str:
+    return '-' if fraction != fraction else f'{100 * fraction:.3f}%'  # NaN: no argmax
 
 
 def ensure_dir(path: str) -> str:

@@ -7,9 +7,11 @@ outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opse
 ``DFT`` operator); AFNO switches to real arithmetic by itself during export
 (:mod:`afno_seg.mixers.afno_export`).
 
-``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer class
-that cannot says so with a class attribute ``onnx_dynamic_shape = False`` and a comment why,
-which :func:`static_shape_mixers` reads.
+``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
+cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a
+property where it depends on the arguments), which :func:`static_shape_mixers` reads. Measured
+with torch 2.14: ESA, full SA, axial, FNet, GFN and AFNO without truncation export with dynamic
+H, W; AFNO-25% and FNO (band sizes computed in Python from H, W) do not.
 """
 import os
 import os.path as osp
@@ -46,10 +48,14 @@ class SegmentorLogits(nn.Module):
 
 
 def static_shape_mixers(model: nn.Module) -> list[str]:
-    """Names of the mixer classes in ``model`` that declare ``onnx_dynamic_shape = False``."""
+    """Names of the mixer classes in ``model`` whose ``onnx_dynamic_shape`` is False.
+
+    Read from the instance: a class attribute, or a property where it depends on the
+    arguments (AFNO with truncation).
+    """
     return sorted({type(module).__name__ for module in model.modules()
                    if isinstance(module, TokenMixer)
-                   and not getattr(type(module), 'onnx_dynamic_shape', True)})
+                   and not getattr(module, 'onnx_dynamic_shape', True)})
 
 
 def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: bool = False,

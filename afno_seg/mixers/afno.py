@@ -155,6 +155,12 @@ class AFNOMixer(TokenMixer):
         gain = F.relu(magnitude - self.sparsity_threshold) / magnitude.clamp_min(1e-30)
         return out * gain
 
+    @property
+    def onnx_dynamic_shape(self) -> bool:
+        """Dynamic H, W in ONNX only without truncation: the kept band's size is a ceil of a
+        fraction of H and W, which torch.export cannot keep symbolic (its export never ended)."""
+        return self.hard_thresholding_fraction == 1.0
+
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'mlp': two complex block-diagonal layers on kept modes}``."""
         band = SpectralBand.fraction(tuple(hw_shape), self.hard_thresholding_fraction)

@@ -44,6 +44,10 @@ class FNOMixer(TokenMixer):
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
+    # The kept band, min(modes, H // 2 + 1) rows and columns, is sized in Python per grid:
+    # torch.export cannot keep H, W symbolic through it, so ONNX export is at a fixed shape.
+    onnx_dynamic_shape = False
+
     def __init__(self, embed_dims: int, modes: tuple[int, int] = (16, 16),
                  init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)

@@ -45,7 +45,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    'SpectralBand', 'channels_first_grid', 'complex_matmul_in_real_arithmetic', 'fft_flops', 'fp32_island', 'grid_to_tokens',
+    'SpectralBand', 'channels_first_grid', 'complex_matmul_in_real_arithmetic', 'fft_flops',
+    'fp32_island', 'grid_to_tokens',
     'hermitian_column_weight', 'irfft2_to_tokens', 'kept_count', 'rfft2_flops', 'rfft2_of_tokens',
     'run_in_fp32', 'signed_frequencies',
     'spectral_dtype', 'spectrum_to_grid', 'tokens_from_channels_first', 'tokens_to_grid',

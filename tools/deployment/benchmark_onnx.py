@@ -20,8 +20,8 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import afno_seg  # noqa: F401
-from afno_seg.deployment.benchmark import (compare_backends, demo_model_configs, ensure_dir,
-                                           markdown_table, prepared_input)
+from afno_seg.deployment.benchmark import (MixerAlone, compare_backends, demo_model_configs,
+                                           ensure_dir, markdown_table, prepared_input)
 from afno_seg.deployment.startup import quiet_known_warnings
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -37,6 +37,9 @@ def parse_args(argv=None):
                         help='B3 configs segformer_<name>_b3_cityscapes.py to add')
     parser.add_argument('--b3-scale', type=int, nargs=2, default=(512, 256), metavar=('W', 'H'),
                         help='test resize of the B3 configs')
+    parser.add_argument('--mixers-alone', type=int, nargs=3, metavar=('H', 'W', 'C'),
+                        help='also time each mixer variant by itself on an H x W grid of C '
+                        'channels (e.g. 128 128 64: B3 stage 1 at a 512 crop)')
     parser.add_argument('--frame', default=FRAME, help='the image')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=1)
@@ -51,6 +54,23 @@ def b3_config(name: str, scale) -> Config:
     resize = [t for t in cfg.test_pipeline if t.type == 'Resize'][0]
     resize.scale = tuple(scale)
     return cfg
+
+
+def mixers_alone(args) -> list:
+    """Each variant's mixer by itself, built as the backbone builds it (stage 1 arguments)."""
+    from afno_seg.backbones.mixer_mit import build_mixer
+    height, width, channels = args.mixers_alone
+    results = []
+    for name, cfg in demo_model_configs(DEMO, args.variants).items():
+        torch.manual_seed(0)
+        mixer = build_mixer(dict(cfg.model.backbone.mixers), embed_dims=channels, num_heads=1,
+                            sr_ratio=8, base_hw_shape=(height, width)).eval()
+        tokens = torch.randn(1, height * width, channels)
+        result = compare_backends(f'mixer-{name}', MixerAlone(mixer, (height, width)), tokens,
+                                  args.repeats, args.threads)
+        print(result, flush=True)
+        results.append(result)
+    return results
 
 
 def main(argv=None) -> int:
@@ -71,6 +91,8 @@ def main(argv=None) -> int:
         result = compare_backends(name, model, inputs, args.repeats, args.threads)
         print(result, flush=True)
         results.append(result)
+    if args.mixers_alone:
+        results += mixers_alone(args)
     out = ensure_dir(args.out)
     with open(osp.join(out, 'benchmark_onnx.csv'), 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=list(results[0].row()))
