@@ -13,11 +13,11 @@ from mmseg.registry import MODELS
 
 from afno_seg.deployment import (SegmentorLogits, export_onnx, onnx_max_abs_difference,
                                  onnx_session, static_shape_mixers)
-from afno_seg.deployment.benchmark import _mixer_variants
 from afno_seg.engine.errors import UserError
 from afno_seg.mixers import afno as afno_module
 from afno_seg.mixers import fno as fno_module
 from afno_seg.mixers.afno import AFNOMixer
+from afno_seg.mixers import mixer_variants
 from afno_seg.mixers.afno_export import afno_real_arithmetic
 from afno_seg.mixers.fno import FNOMixer
 from afno_seg.mixers.spectral import SpectralBand, complex_matmul_in_real_arithmetic
@@ -79,7 +79,7 @@ def test_export_path_is_taken_only_during_export(monkeypatch, mixer_cls, module,
 
 def tiny_segmentor(variant: str):
     cfg = Config.fromfile(TINY_CONFIG)
-    mixer = dict(_mixer_variants()[variant])
+    mixer = dict(mixer_variants()[variant])
     if mixer['type'] == 'AFNOMixer':
         mixer['num_blocks'] = 4
     if mixer['type'] == 'FNOMixer':
@@ -120,10 +120,10 @@ def test_mixer_exports_and_matches_onnxruntime(variant, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('variant', sorted(set(_mixer_variants()) - set(FAST_EXPORT)))
+@pytest.mark.parametrize('variant', sorted(set(mixer_variants()) - set(FAST_EXPORT)))
 def test_every_other_mixer_exports_and_matches_onnxruntime(variant, tmp_path):
     ops = check_variant_exports(variant, tmp_path)
-    spectral = variant in ('afno25', 'fnet', 'fno')
+    spectral = MODELS.get(mixer_variants()[variant]['type']).spectral  # the catalogue's flag
     assert ('DFT' in ops) == spectral, sorted(ops)
 
 
@@ -169,7 +169,7 @@ def test_dynamic_export_runs_other_sizes(variant, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('variant', sorted(set(_mixer_variants()) - set(DYNAMIC)))
+@pytest.mark.parametrize('variant', sorted(set(mixer_variants()) - set(DYNAMIC)))
 def test_dynamic_export_of_every_other_variant_or_a_clear_refusal(variant, tmp_path):
     if not static_shape_mixers(tiny_segmentor(variant)):
         check_dynamic_export(variant, tmp_path)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from mmengine.config import Config
 
+from ..mixers import mixer_variants
 from .onnx_export import INPUT_NAME, OPSET, SegmentorLogits, export_onnx, onnx_session
 from .predictor import array_pipeline
 
@@ -25,30 +26,9 @@ __all__ = ['MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs
            'prepared_input']
 
 
-def _mixer_variants() -> dict[str, dict]:
-    """Short name -> mixer config of every mixer variant.
-
-    TODO(catalogue): ``afno_seg.mixers.mixer_variants()`` once the mixer catalogue (issue 13)
-    lands; until then, the variants of today's configs.
-    """
-    try:
-        from ..mixers import mixer_variants
-        return mixer_variants()
-    except ImportError:
-        return {
-            'afno': dict(type='AFNOMixer', num_blocks=8, sparsity_threshold=0.01),
-            'afno25': dict(type='AFNOMixer', num_blocks=8, sparsity_threshold=0.01,
-                           hard_thresholding_fraction=0.25),
-            'gfn': dict(type='GlobalFilterMixer'), 'fnet': dict(type='FNetMixer'),
-            'fno': dict(type='FNOMixer'), 'axial': dict(type='AxialAttentionMixer'),
-            'esa': dict(type='EfficientSelfAttentionMixer'),
-            'sa': dict(type='FullSelfAttentionMixer'),
-        }
-
-
 def demo_model_configs(demo_config: str, variants: list[str] | None = None) -> dict[str, Config]:
     """The demo config with its mixer swapped for each variant (``variants``: short names)."""
-    table = _mixer_variants()
+    table = mixer_variants()
     configs = {}
     for name in variants or sorted(table):
         cfg = Config.fromfile(demo_config)

@@ -8,9 +8,16 @@ import torch
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .base import TokenMixer
-from .spectral import (SpectralBand, complex_matmul_in_real_arithmetic, grid_to_tokens,
-                       rfft2_flops, run_in_fp32, spectrum_to_grid, tokens_to_spectrum)
+from .base import TokenMixer, Variant
+from .spectral import (
+    SpectralBand,
+    complex_matmul_in_real_arithmetic,
+    grid_to_tokens,
+    rfft2_flops,
+    run_in_fp32,
+    spectrum_to_grid,
+    tokens_to_spectrum,
+)
 
 __all__ = ['FNOMixer']
 
@@ -44,6 +51,10 @@ class FNOMixer(TokenMixer):
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
+    variants = {'fno': Variant('FNO (16x16 modes)', dict(modes=(16, 16)))}
+    example_args = dict(modes=(3, 4))
+    spectral = True
+    flop_terms = ('fft', 'spectral_weights')
     # The kept band, min(modes, H // 2 + 1) rows and columns, is sized in Python per grid:
     # torch.export cannot keep H, W symbolic through it, so ONNX export is at a fixed shape.
     onnx_dynamic_shape = False
