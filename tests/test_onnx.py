@@ -184,6 +184,7 @@ def test_dynamic_shape_declarations():
     assert static_shape_mixers(tiny_segmentor('afno')) == []
     assert static_shape_mixers(tiny_segmentor('afno25')) == ['AFNOMixer']
     assert static_shape_mixers(tiny_segmentor('fno')) == ['FNOMixer']
+    assert static_shape_mixers(tiny_segmentor('ls')) == ['LongShortAttentionMixer']
 
 
 def test_bad_checkpoint_is_named_by_the_export_tool(tmp_path):

@@ -11,7 +11,8 @@ outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opse
 cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a
 property where it depends on the arguments), which :func:`static_shape_mixers` reads. Measured
 with torch 2.14: ESA, full SA, axial, FNet, GFN and AFNO without truncation export with dynamic
-H, W; AFNO-25% and FNO (band sizes computed in Python from H, W) do not.
+H, W; AFNO-25% and FNO (band sizes computed in Python from H, W) and Long-Short (window grid
+likewise) do not.
 """
 import os
 import os.path as osp
