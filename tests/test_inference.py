@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
+from test_mmseg_apis import checkpoint_of
 
 from afno_seg.deployment import collect_inputs, export_onnx, set_inference_mode
 from afno_seg.engine.errors import UserError
+
 from conftest import TINY_CONFIG, check, run_tool
-from test_mmseg_apis import checkpoint_of
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,6 +24,7 @@ from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 
 from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
+
 from conftest import TINY_CONFIG, check, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]

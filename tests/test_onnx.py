@@ -11,16 +11,22 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 
-from afno_seg.deployment import (SegmentorLogits, export_onnx, onnx_max_abs_difference,
-                                 onnx_session, static_shape_mixers)
+from afno_seg.deployment import (
+    SegmentorLogits,
+    export_onnx,
+    onnx_max_abs_difference,
+    onnx_session,
+    static_shape_mixers,
+)
 from afno_seg.engine.errors import UserError
 from afno_seg.mixers import afno as afno_module
 from afno_seg.mixers import fno as fno_module
-from afno_seg.mixers.afno import AFNOMixer
 from afno_seg.mixers import mixer_variants
+from afno_seg.mixers.afno import AFNOMixer
 from afno_seg.mixers.afno_export import afno_real_arithmetic
 from afno_seg.mixers.fno import FNOMixer
 from afno_seg.mixers.spectral import SpectralBand, complex_matmul_in_real_arithmetic
+
 from conftest import TINY_CONFIG, check, run_tool
 
 FAST_EXPORT = ('afno', 'gfn')  # the rest of the variants export in the slow test

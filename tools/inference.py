@@ -15,8 +15,14 @@ import sys
 from mmengine.config import DictAction
 
 import afno_seg  # noqa: F401  (registers modules and the checkpoint loader)
-from afno_seg.deployment import (Segmenter, collect_inputs, load_segmentor, onnx_session,
-                                 segment_files, use_onnxruntime)
+from afno_seg.deployment import (
+    Segmenter,
+    collect_inputs,
+    load_segmentor,
+    onnx_session,
+    segment_files,
+    use_onnxruntime,
+)
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
 

@@ -2,8 +2,13 @@
 onnxruntime, in PyTorch or onnxruntime with the config's own pre- and post-processing."""
 from .inputs import InputFile, collect_inputs, read_image, read_video_frames
 from .model import load_segmentor, set_inference_mode
-from .onnx_export import (SegmentorLogits, export_onnx, onnx_max_abs_difference, onnx_session,
-                          static_shape_mixers)
+from .onnx_export import (
+                          SegmentorLogits,
+                          export_onnx,
+                          onnx_max_abs_difference,
+                          onnx_session,
+                          static_shape_mixers,
+)
 from .predictor import Prediction, Segmenter, array_pipeline, use_onnxruntime
 from .segment_files import segment_files
 from .startup import quiet_known_warnings

@@ -17,7 +17,7 @@ from ..datasets.transforms import file_problem
 from ..engine.errors import UserError
 
 __all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'collect_inputs', 'read_image',
-           'read_video_frames']
+           'read_video_frames', 'video_frame_count']
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 VIDEO_SUFFIXES = ('.mp4', '.avi')
@@ -107,6 +107,15 @@ def read_image(path: str) -> np.ndarray:
     if image is None:
         raise UserError(f'{path}: image {file_problem(path, "OpenCV could not decode it")}')
     return image
+
+
+def video_frame_count(path: str) -> int:
+    """The frame count a video's header gives (0 if OpenCV cannot tell)."""
+    capture = cv2.VideoCapture(path)
+    try:
+        return max(int(capture.get(cv2.CAP_PROP_FRAME_COUNT)), 0)
+    finally:
+        capture.release()
 
 
 def read_video_frames(path: str) -> tuple[Iterator[np.ndarray], float, int]:

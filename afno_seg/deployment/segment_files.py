@@ -13,9 +13,15 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from mmengine.utils import ProgressBar
 
-from .inputs import InputFile, read_image, read_video_frames
-from .outputs import (VideoOverlayWriter, classes_present, overlay, to_label_ids, write_png,
-                      write_summary)
+from .inputs import InputFile, read_image, read_video_frames, video_frame_count
+from .outputs import (
+    VideoOverlayWriter,
+    classes_present,
+    overlay,
+    to_label_ids,
+    write_png,
+    write_summary,
+)
 from .predictor import Segmenter
 
 __all__ = ['segment_files']
@@ -56,7 +62,7 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
     classes, palette = list(dataset_meta['classes']), np.asarray(dataset_meta['palette'])
     images = [item for item in files if not item.is_video]
     videos = [item for item in files if item.is_video]
-    steps = len(images) + sum(read_video_frames(item.path)[2] for item in videos)
+    steps = len(images) + sum(video_frame_count(item.path) for item in videos)
     bar = ProgressBar(steps) if progress and steps else None
     entries = []
     for batch in _batches(images, batch_size):

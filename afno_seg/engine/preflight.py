@@ -152,7 +152,8 @@ def check_model_types(cfg: Config, registry=None) -> None:
                     f'{source}: {path}.type={name!r} is not a registered model component '
                     f'(scope {registry.scope!r}).{hint} '
                     "Check the spelling, and that the config has custom_imports = "
-                    "dict(imports=['afno_seg'], allow_failed_imports=False) for afno_seg's modules.")
+                    "dict(imports=['afno_seg'], allow_failed_imports=False) for afno_seg's "
+                    'modules.')
             for key, value in node.items():
                 if key not in OTHER_REGISTRY_KEYS:
                     visit(value, f'{path}.{key}')

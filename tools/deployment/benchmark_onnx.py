@@ -20,8 +20,14 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import afno_seg  # noqa: F401
-from afno_seg.deployment.benchmark import (MixerAlone, compare_backends, demo_model_configs,
-                                           ensure_dir, markdown_table, prepared_input)
+from afno_seg.deployment.benchmark import (
+    MixerAlone,
+    compare_backends,
+    demo_model_configs,
+    ensure_dir,
+    markdown_table,
+    prepared_input,
+)
 from afno_seg.deployment.startup import quiet_known_warnings
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

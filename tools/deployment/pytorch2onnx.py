@@ -16,8 +16,7 @@ import torch
 from mmengine.config import DictAction
 
 import afno_seg  # noqa: F401  (registers modules and the checkpoint loader)
-from afno_seg.deployment import (export_onnx, load_segmentor,
-                                 onnx_max_abs_difference, onnx_session)
+from afno_seg.deployment import export_onnx, load_segmentor, onnx_max_abs_difference, onnx_session
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
 
