@@ -15,7 +15,9 @@ import sys
 from mmengine.config import DictAction
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
+from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
+from afno_seg.engine.preflight import check_checkpoint
 
 
 def parse_args(argv=None):
@@ -61,9 +63,9 @@ def trigger_visualization_hook(cfg, args) -> None:
 
 
 def main(argv=None) -> None:
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
-    if not os.path.isfile(args.checkpoint):
-        raise UserError(f'checkpoint file not found: {args.checkpoint}')
+    check_checkpoint(args.checkpoint)  # a bad file named at once, not after the Runner's log
     cfg = load_config(args.config, args.launcher, args.cfg_options, args.work_dir)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:

@@ -206,8 +206,10 @@ class MixerMiT(BaseModule):
         outs = []
         for i, (patch_embed, layers, norm) in enumerate(self.layers):
             x, hw_shape = patch_embed(x)
-            # Python ints even under torch.jit tracing (PatchEmbed returns traced 0-dim tensors).
-            hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
+            # Python ints even under torch.jit tracing (PatchEmbed returns traced 0-dim tensors);
+            # symbolic sizes under torch.export, so that ONNX export can keep H, W dynamic.
+            if not torch.compiler.is_compiling():
+                hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
             for layer in layers:
                 x = layer(x, hw_shape)
             x = nlc_to_nchw(norm(x), hw_shape)

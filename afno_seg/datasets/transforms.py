@@ -5,6 +5,10 @@
 - :class:`BadSampleGuard` wraps the loading transforms: an unreadable, empty, truncated or missing
   file raises :class:`BadSampleError` naming the file and the cause, or, with ``on_bad='skip'``,
   is skipped with a logged warning and a count (mmengine's dataset then draws another sample).
+  With ``requires='seg_map_path'`` it guards label loading only for samples that have a label, so
+  the same test pipeline serves evaluation (labels checked) and mmseg's inference APIs (images
+  alone: ``inference_model``, ``MMSegInferencer``), which remove only a top-level
+  ``LoadAnnotations`` and need ``LoadImageFromFile`` at the top level to swap in their loaders.
 """
 import logging
 import os
@@ -17,7 +21,7 @@ from mmseg.registry import TRANSFORMS
 
 from ..engine.errors import UserError
 
-__all__ = ['BadSampleError', 'BadSampleGuard', 'ValidateSegMap']
+__all__ = ['BadSampleError', 'BadSampleGuard', 'ValidateSegMap', 'file_problem']
 
 
 class BadSampleError(UserError, ValueError):
@@ -68,8 +72,8 @@ class ValidateSegMap(BaseTransform):
                 f'ignore_index={self.ignore_index})')
 
 
-def _file_problem(path: str, cause: str) -> str:
-    """What is wrong with an image file that a loader could not read."""
+def file_problem(path: str, cause: str) -> str:
+    """What is wrong with an image file that a loader could not read (``cause``: its error)."""
     if not osp.exists(path):
         return 'file not found'
     if osp.isdir(path):
@@ -102,14 +106,20 @@ class BadSampleGuard(BaseTransform):
         max_skipped (int | None): With ``'skip'``, raise anyway once more than this many samples
             were skipped in this data-loading process (a broken dataset, not a few bad files).
             ``None`` = no limit. Default: 100.
+        requires (str | None): Run the wrapped transforms only on samples whose ``results`` hold
+            this key with a value (e.g. ``'seg_map_path'``: label loading and checks for samples
+            that have a label; an image given alone, as mmseg's inference APIs do, passes
+            unchanged). ``None`` = always run them. Default: None.
     """
 
-    def __init__(self, transforms: list, on_bad: str = 'raise', max_skipped: int | None = 100):
+    def __init__(self, transforms: list, on_bad: str = 'raise', max_skipped: int | None = 100,
+                 requires: str | None = None):
         if on_bad not in ('raise', 'skip'):
             raise ValueError(f"on_bad must be 'raise' or 'skip', got {on_bad!r}")
         self.transforms = [TRANSFORMS.build(t) if isinstance(t, dict) else t for t in transforms]
         self.on_bad = on_bad
         self.max_skipped = max_skipped
+        self.requires = requires
         self.skipped = 0  # per data-loading process (each worker counts its own)
 
     def _problem(self, transform, results: dict, error: Exception) -> str:
@@ -122,11 +132,13 @@ class BadSampleGuard(BaseTransform):
             if loader in name and key in results:
                 path = results[key]
                 cause = cause.replace(f': {path}', '').replace(path, '<file>')
-                return f'{path}: {kind} {_file_problem(path, cause)}'
+                return f'{path}: {kind} {file_problem(path, cause)}'
         return (f'{results.get("img_path", "<sample>")} (label {results.get("seg_map_path")}): '
                 f'{name} failed ({cause})')
 
     def transform(self, results: dict) -> dict | None:
+        if self.requires is not None and results.get(self.requires) is None:
+            return results
         for transform in self.transforms:
             try:
                 results = transform(results)
@@ -149,4 +161,4 @@ class BadSampleGuard(BaseTransform):
     def __repr__(self) -> str:
         inner = ', '.join(repr(t) for t in self.transforms)
         return (f'{type(self).__name__}(transforms=[{inner}], on_bad={self.on_bad!r}, '
-                f'max_skipped={self.max_skipped})')
+                f'max_skipped={self.max_skipped}, requires={self.requires!r})')

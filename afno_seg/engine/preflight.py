@@ -6,15 +6,20 @@
 - :func:`check_model_types`: every ``type=`` in ``cfg.model`` is registered in the ``MODELS`` of the
   library ``cfg.default_scope`` names (mmseg or mmpretrain); otherwise name the key path and the
   closest registered names.
+- :func:`check_checkpoint`: a checkpoint to load is a readable checkpoint file; otherwise name it
+  (before the Runner logs its environment and config, hundreds of lines).
 """
 import difflib
 import os.path as osp
 
+import torch
 from mmengine.config import Config
 
+from .checkpoint import load_local_checkpoint
 from .errors import UserError
 
-__all__ = ['check_data_roots', 'check_model_types', 'DataRootError', 'UnknownTypeError']
+__all__ = ['check_checkpoint', 'check_data_roots', 'check_model_types', 'DataRootError',
+           'UnknownTypeError']
 
 CITYSCAPES_HELP = """\
 Expected the mmseg Cityscapes layout:
@@ -147,7 +152,8 @@ def check_model_types(cfg: Config, registry=None) -> None:
                     f'{source}: {path}.type={name!r} is not a registered model component '
                     f'(scope {registry.scope!r}).{hint} '
                     "Check the spelling, and that the config has custom_imports = "
-                    "dict(imports=['afno_seg'], allow_failed_imports=False) for afno_seg's modules.")
+                    "dict(imports=['afno_seg'], allow_failed_imports=False) for afno_seg's "
+                    'modules.')
             for key, value in node.items():
                 if key not in OTHER_REGISTRY_KEYS:
                     visit(value, f'{path}.{key}')
@@ -157,3 +163,20 @@ def check_model_types(cfg: Config, registry=None) -> None:
 
     if 'model' in cfg:
         visit(cfg.model, 'model')
+
+
+def check_checkpoint(filename: str) -> None:
+    """Raise :class:`~.checkpoint.CheckpointError` naming ``filename`` unless it is a readable
+    checkpoint.
+
+    Cheap for a good file: ``torch.load`` with ``mmap=True`` reads the archive's index and the
+    pickled structure, not the tensor data. Anything that fails there (including a file in
+    torch's legacy, non-zip format, which cannot be memory-mapped) is loaded again in full by
+    :func:`~.checkpoint.load_local_checkpoint`, which either succeeds or raises the message.
+    """
+    if not osp.isfile(osp.expanduser(filename)):
+        load_local_checkpoint(filename)  # raises "checkpoint file not found: ..."
+    try:
+        torch.load(osp.expanduser(filename), map_location='cpu', weights_only=False, mmap=True)
+    except Exception:  # noqa: BLE001  (any failure is diagnosed by the full load below)
+        load_local_checkpoint(filename)

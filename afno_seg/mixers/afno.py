@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import register_model
+from .afno_export import afno_real_arithmetic
 from .afno_fused import FusedAFNO, block_matrix, complex_bias
 from .base import TokenMixer, Variant
 from .spectral import (
@@ -139,6 +140,9 @@ class AFNOMixer(TokenMixer):
 
     def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         band = SpectralBand.fraction(hw_shape, self.hard_thresholding_fraction)
+        if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul: see afno_export.py
+            return afno_real_arithmetic(x, hw_shape, band, (self.w1, self.b1, self.w2, self.b2),
+                                        self.sparsity_threshold, self.shrink)
         if self.fused and self.shrink == 'split':
             weights = [p.to(x.dtype) for p in (self.w1, self.b1, self.w2, self.b2)]
             keep = torch.is_grad_enabled() and any(t.requires_grad for t in [x, *weights])
@@ -178,6 +182,12 @@ class AFNOMixer(TokenMixer):
         # On the real view: the shrink is element-wise work, uncounted like the split one, while
         # a complex x real product would be counted as spectral arithmetic by the FLOP tracer.
         return torch.view_as_complex(torch.view_as_real(out) * gain.unsqueeze(-1))
+
+    @property
+    def onnx_dynamic_shape(self) -> bool:
+        """Dynamic H, W in ONNX only without truncation: the kept band's size is a ceil of a
+        fraction of H and W, which torch.export cannot keep symbolic (its export never ended)."""
+        return self.hard_thresholding_fraction == 1.0
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'mlp': two complex block-diagonal layers on kept modes}``."""

@@ -11,6 +11,7 @@ from ..registry import register_model
 from .base import TokenMixer, Variant
 from .spectral import (
     SpectralBand,
+    complex_matmul_in_real_arithmetic,
     grid_to_tokens,
     rfft2_flops,
     run_in_fp32,
@@ -54,6 +55,9 @@ class FNOMixer(TokenMixer):
     example_args = dict(modes=(3, 4))
     spectral = True
     flop_terms = ('fft', 'spectral_weights')
+    # The kept band, min(modes, H // 2 + 1) rows and columns, is sized in Python per grid:
+    # torch.export cannot keep H, W symbolic through it, so ONNX export is at a fixed shape.
+    onnx_dynamic_shape = False
 
     def __init__(self, embed_dims: int, modes: tuple[int, int] = (16, 16),
                  init_cfg: dict | None = None) -> None:
@@ -88,8 +92,12 @@ class FNOMixer(TokenMixer):
         modes = band.gather(tokens_to_spectrum(x, hw_shape))  # (B, C, rows, cols)
         batch, channels, rows, cols = modes.shape
         # (B, C, M) -> (M, B, C): one complex bmm over the kept modes, (M, B, C) @ (M, C, C).
-        mixed = torch.bmm(modes.reshape(batch, channels, rows * cols).permute(2, 0, 1),
-                          self.weight_at(band, x.dtype))
+        flat = modes.reshape(batch, channels, rows * cols).permute(2, 0, 1)
+        weight = self.weight_at(band, x.dtype)
+        if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul
+            mixed = complex_matmul_in_real_arithmetic(flat, weight)
+        else:
+            mixed = torch.bmm(flat, weight)
         mixed = mixed.permute(1, 2, 0).reshape(batch, channels, rows, cols)
         return grid_to_tokens(spectrum_to_grid(band.scatter(mixed), hw_shape))
 

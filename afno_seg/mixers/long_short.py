@@ -83,6 +83,9 @@ class LongShortAttentionMixer(TokenMixer):
     spectral = False
     stores_grid = False
     flop_terms = ('qkv', 'dynamic_projection', 'long_range_kv', 'attention', 'proj')
+    # The window grid (rows, cols of windows and their padding) is sized in Python from H, W:
+    # torch.export fixes it at the example's size (onnxruntime then fails on other sizes).
+    onnx_dynamic_shape = False
 
     def __init__(self,
                  embed_dims: int,

@@ -44,7 +44,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    'SpectralBand', 'channels_first_grid', 'fft_flops', 'fp32_island', 'grid_to_tokens',
+    'SpectralBand', 'channels_first_grid', 'complex_matmul_in_real_arithmetic', 'fft_flops',
+    'fp32_island', 'grid_to_tokens',
     'hermitian_column_weight', 'irfft2_to_tokens', 'kept_count', 'rfft2_flops', 'rfft2_of_tokens',
     'run_in_fp32', 'signed_frequencies',
     'spectral_dtype', 'spectrum_to_grid', 'tokens_from_channels_first', 'tokens_to_grid',
@@ -187,6 +188,15 @@ def spectrum_to_grid(spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     return _SpectrumToGrid.apply(spectrum, tuple(hw_shape))
 
 
+def complex_matmul_in_real_arithmetic(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` of complex tensors from four real matmuls (ONNX has no complex matmul; its
+    exporter represents complex tensors as real ones with a trailing ``[re, im]`` axis)."""
+    a_parts, b_parts = torch.view_as_real(a), torch.view_as_real(b)
+    a_real, a_imag, b_real, b_imag = a_parts[..., 0], a_parts[..., 1], b_parts[..., 0], b_parts[
+        ..., 1]
+    return torch.complex(a_real @ b_real - a_imag @ b_imag, a_real @ b_imag + a_imag @ b_real)
+
+
 def signed_frequencies(n: int) -> Tensor:
     """Signed frequency of each FFT index: ``k = i`` for ``i <= n/2``, ``k = i - n`` otherwise."""
     index = torch.arange(n)
@@ -261,6 +271,9 @@ class SpectralBand:
         """Kept modes ``(..., n_rows, n_cols)`` -> spectrum ``(..., H, W//2+1)``, 0 elsewhere."""
         if self.is_full:
             return modes
+        if modes.is_complex() and torch.onnx.is_in_onnx_export():  # no complex zeros in ONNX
+            parts = torch.view_as_real(modes)
+            return torch.complex(self.scatter(parts[..., 0]), self.scatter(parts[..., 1]))
         spectrum = modes.new_zeros(*modes.shape[:-2], self.height, self.width // 2 + 1)
         spectrum[..., :self.n_low, :self.n_cols] = modes[..., :self.n_low, :]
         if self.n_high:

@@ -6,7 +6,11 @@ env_cfg = dict(
     mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
     dist_cfg=dict(backend='nccl'),
 )
-vis_backends = [dict(type='LocalVisBackend')]
+# AFNO_SEG_TENSORBOARD=1 in the environment adds TensorBoard logging (mmengine's
+# TensorboardVisBackend: event files in work_dir/<timestamp>/vis_data/); mmengine substitutes
+# {{$VAR:default}} in configs when it reads them. LocalVisBackend (the JSON log) always stays.
+vis_backends = [dict(type='LocalVisBackend')] + [
+    dict(type='TensorboardVisBackend')] * {{'$AFNO_SEG_TENSORBOARD:0'}}
 visualizer = dict(
     type='SegLocalVisualizer', vis_backends=vis_backends, name='visualizer')
 log_processor = dict(by_epoch=False)

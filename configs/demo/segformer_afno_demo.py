@@ -61,9 +61,9 @@ train_pipeline = [
     dict(type='PackSegInputs')
 ]
 test_pipeline = [
-    dict(type='BadSampleGuard', transforms=[dict(type='LoadImageFromFile')]),
+    dict(type='LoadImageFromFile'),  # top level: mmseg's inference APIs swap their loaders in
     dict(type='Resize', scale=(512, 256), keep_ratio=True),
-    dict(type='BadSampleGuard', transforms=[
+    dict(type='BadSampleGuard', requires='seg_map_path', transforms=[
         dict(type='LoadAnnotations'),
         dict(type='ValidateSegMap', num_classes=num_classes)]),
     dict(type='PackSegInputs')
@@ -116,6 +116,11 @@ default_hooks = dict(
     checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False, interval=200, max_keep_ckpts=2),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
+# AFNO_SEG_TENSORBOARD=1 in the environment adds TensorBoard logging (event files in
+# work_dir/<timestamp>/vis_data/), as in configs/_base_/default_runtime.py.
+vis_backends = [dict(type='LocalVisBackend')] + [
+    dict(type='TensorboardVisBackend')] * {{'$AFNO_SEG_TENSORBOARD:0'}}
+visualizer = dict(type='SegLocalVisualizer', vis_backends=vis_backends, name='visualizer')
 # Reliability (docs/reliability.md): exact resume, stop on a non-finite loss.
 custom_hooks = [dict(type='RandomStateHook'), dict(type='NonFiniteLossHook')]
 randomness = dict(seed=0)

@@ -17,9 +17,9 @@ train_pipeline = [
     dict(type='PackSegInputs')
 ]
 test_pipeline = [
-    dict(type='BadSampleGuard', transforms=[dict(type='LoadImageFromFile')]),
+    dict(type='LoadImageFromFile'),  # top level: mmseg's inference APIs swap their loaders in
     dict(type='Resize', scale=(128, 64), keep_ratio=True),
-    dict(type='BadSampleGuard', transforms=[
+    dict(type='BadSampleGuard', requires='seg_map_path', transforms=[
         dict(type='LoadAnnotations'),
         dict(type='ValidateSegMap', num_classes=19)]),
     dict(type='PackSegInputs')

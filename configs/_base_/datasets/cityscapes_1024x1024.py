@@ -25,10 +25,13 @@ train_pipeline = [
     dict(type='PackSegInputs')
 ]
 test_pipeline = [
-    dict(type='BadSampleGuard', transforms=[dict(type='LoadImageFromFile')]),
+    # Image and label loading at the top level of the test pipeline, as mmseg's inference APIs
+    # expect (they swap LoadImageFromFile for their own loaders); labels are checked by the guard
+    # only where a sample has one (requires='seg_map_path'), so an image alone passes it.
+    dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=(2048, 1024), keep_ratio=True),
     # annotations are loaded after Resize: the metric compares at the original resolution
-    dict(type='BadSampleGuard', transforms=[
+    dict(type='BadSampleGuard', requires='seg_map_path', transforms=[
         dict(type='LoadAnnotations'),
         dict(type='ValidateSegMap', num_classes=19)]),
     dict(type='PackSegInputs')

@@ -1,0 +1,21 @@
+"""From a trained checkpoint to predictions: inference on files and videos, ONNX export and
+onnxruntime, in PyTorch or onnxruntime with the config's own pre- and post-processing."""
+from .inputs import InputFile, collect_inputs, read_image, read_video_frames
+from .model import load_segmentor, set_inference_mode
+from .onnx_export import (
+                          SegmentorLogits,
+                          export_onnx,
+                          onnx_max_abs_difference,
+                          onnx_session,
+                          static_shape_mixers,
+)
+from .predictor import Prediction, Segmenter, array_pipeline, use_onnxruntime
+from .segment_files import segment_files
+from .startup import quiet_known_warnings
+
+__all__ = [
+    'InputFile', 'Prediction', 'Segmenter', 'SegmentorLogits', 'array_pipeline',
+    'collect_inputs', 'export_onnx', 'load_segmentor', 'onnx_max_abs_difference', 'onnx_session',
+    'quiet_known_warnings', 'read_image', 'read_video_frames', 'segment_files',
+    'set_inference_mode', 'static_shape_mixers', 'use_onnxruntime'
+]

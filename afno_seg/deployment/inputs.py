@@ -1,0 +1,140 @@
+"""What ``tools/inference.py`` reads: image files, folders (recursive), glob patterns, videos.
+
+Every way an input can be wrong is a :class:`~afno_seg.engine.errors.UserError` naming it: a path
+that does not exist, a pattern or folder with no image or video in it, an image that cannot be
+decoded, a video OpenCV cannot open.
+"""
+import glob
+import os
+import os.path as osp
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from ..datasets.transforms import file_problem
+from ..engine.errors import UserError
+
+__all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'collect_inputs', 'read_image',
+           'read_video_frames', 'video_frame_count']
+
+IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
+VIDEO_SUFFIXES = ('.mp4', '.avi')
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One file to segment.
+
+    Attributes:
+        path (str): The file.
+        name (str): Its path relative to the folder it was found in (or its base name), without
+            the suffix: the stem of the outputs written for it.
+        is_video (bool): A video (each frame segmented) rather than an image.
+    """
+    path: str
+    name: str
+    is_video: bool
+
+
+def _kind(path: str) -> str | None:
+    suffix = osp.splitext(path)[1].lower()
+    if suffix in IMAGE_SUFFIXES:
+        return 'image'
+    if suffix in VIDEO_SUFFIXES:
+        return 'video'
+    return None
+
+
+def _files_of(spec: str) -> Iterator[tuple[str, str]]:
+    """``(path, root)`` of every file one INPUT argument stands for (root: what names are relative
+    to)."""
+    if osp.isdir(spec):
+        for folder, _, names in sorted(os.walk(spec)):
+            for name in sorted(names):
+                yield osp.join(folder, name), spec
+    elif glob.has_magic(spec):
+        for path in sorted(glob.glob(spec, recursive=True)):
+            if osp.isfile(path):
+                yield path, osp.dirname(path)
+    elif osp.isfile(spec):
+        yield spec, osp.dirname(spec)
+    else:
+        raise UserError(f'input not found: {spec} (give image files, folders, glob patterns or '
+                        f'videos {"/".join(VIDEO_SUFFIXES)})')
+
+
+def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
+    """Expand INPUT arguments into files, in order, each once.
+
+    Args:
+        specs (Sequence[str]): Image or video files, folders (searched recursively for files with
+            an image or video suffix) and glob patterns (``**`` recursive).
+
+    Returns:
+        list[InputFile]: At least one; names are unique (a clash gets its folder prepended).
+    """
+    found, seen, names = [], set(), set()
+    for spec in specs:
+        matched = 0
+        for path, root in _files_of(spec):
+            kind = _kind(path)
+            if kind is None and not osp.isdir(spec) and not glob.has_magic(spec):
+                raise UserError(f'{path}: not an image ({", ".join(IMAGE_SUFFIXES)}) nor a video '
+                                f'({", ".join(VIDEO_SUFFIXES)}) by its suffix')
+            if kind is None:
+                continue
+            matched += 1
+            if osp.abspath(path) in seen:
+                continue
+            seen.add(osp.abspath(path))
+            name = osp.splitext(osp.relpath(path, root) if root else osp.basename(path))[0]
+            while name in names:
+                name = osp.join(osp.basename(osp.dirname(osp.abspath(path))) or '_', name)
+            names.add(name)
+            found.append(InputFile(path, name, kind == 'video'))
+        if not matched:
+            raise UserError(f'{spec}: no image ({", ".join(IMAGE_SUFFIXES)}) or video '
+                            f'({", ".join(VIDEO_SUFFIXES)}) in it')
+    return found
+
+
+def read_image(path: str) -> np.ndarray:
+    """An image as BGR ``uint8 (H, W, 3)`` (as mmcv's ``LoadImageFromFile`` reads it)."""
+    data = np.fromfile(path, dtype=np.uint8) if osp.isfile(path) else None
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data is not None and data.size else None
+    if image is None:
+        raise UserError(f'{path}: image {file_problem(path, "OpenCV could not decode it")}')
+    return image
+
+
+def video_frame_count(path: str) -> int:
+    """The frame count a video's header gives (0 if OpenCV cannot tell)."""
+    capture = cv2.VideoCapture(path)
+    try:
+        return max(int(capture.get(cv2.CAP_PROP_FRAME_COUNT)), 0)
+    finally:
+        capture.release()
+
+
+def read_video_frames(path: str) -> tuple[Iterator[np.ndarray], float, int]:
+    """``(frames, fps, frame count)`` of a video; frames are BGR ``uint8 (H, W, 3)``."""
+    capture = cv2.VideoCapture(path)
+    if not capture.isOpened():
+        problem = 'file not found' if not osp.isfile(path) else 'truncated, or not a video'
+        raise UserError(f'{path}: video cannot be opened by OpenCV ({problem})')
+    fps = capture.get(cv2.CAP_PROP_FPS) or 25.0
+    count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+
+    def frames() -> Iterator[np.ndarray]:
+        try:
+            while True:
+                ok, frame = capture.read()
+                if not ok:
+                    return
+                yield frame
+        finally:
+            capture.release()
+
+    return frames(), fps, count

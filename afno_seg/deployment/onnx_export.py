@@ -1,0 +1,141 @@
+"""ONNX export of a whole segmentor, in mmseg's deployment convention, and its self-check.
+
+The graph is ``EncoderDecoder.encode_decode``: input the normalised image ``(1, 3, H, W)`` (what
+the data preprocessor makes of an image: BGR->RGB, mean/std, padding), output the logits
+``(1, num_classes, H, W)``; pre- and post-processing (resize to the original image, argmax) stay
+outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opset 20: FFTs as the
+``DFT`` operator); AFNO switches to real arithmetic by itself during export
+(:mod:`afno_seg.mixers.afno_export`).
+
+``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
+cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a
+property where it depends on the arguments), which :func:`static_shape_mixers` reads. Measured
+with torch 2.14: ESA, full SA, axial, FNet, GFN and AFNO without truncation export with dynamic
+H, W; AFNO-25% and FNO (band sizes computed in Python from H, W) and Long-Short (window grid
+likewise) do not.
+"""
+import os
+import os.path as osp
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..engine.errors import UserError
+from ..mixers.base import TokenMixer
+
+__all__ = ['SegmentorLogits', 'export_onnx', 'onnx_max_abs_difference', 'onnx_session',
+           'static_shape_mixers']
+
+OPSET = 20  # DFT-20 takes the axis and length as inputs; onnxruntime >= 1.17 runs it
+INPUT_NAME, OUTPUT_NAME = 'inputs', 'seg_logits'
+
+
+class SegmentorLogits(nn.Module):
+    """``inputs (B, 3, H, W) -> logits (B, num_classes, H, W)`` of an mmseg ``EncoderDecoder``.
+
+    Args:
+        segmentor (nn.Module): The segmentor (its ``encode_decode`` is traced).
+    """
+
+    def __init__(self, segmentor: nn.Module) -> None:
+        super().__init__()
+        self.segmentor = segmentor
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        # img_shape as a torch.Size: the decode head resizes its logits to the input's size.
+        metas = [dict(img_shape=inputs.shape[2:], ori_shape=inputs.shape[2:])] * inputs.shape[0]
+        return self.segmentor.encode_decode(inputs, metas)
+
+
+def static_shape_mixers(model: nn.Module) -> list[str]:
+    """Names of the mixer classes in ``model`` whose ``onnx_dynamic_shape`` is False.
+
+    Read from the instance: a class attribute, or a property where it depends on the
+    arguments (AFNO with truncation).
+    """
+    return sorted({type(module).__name__ for module in model.modules()
+                   if isinstance(module, TokenMixer)
+                   and not getattr(module, 'onnx_dynamic_shape', True)})
+
+
+def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: bool = False,
+                opset: int = OPSET) -> str:
+    """Export ``model.encode_decode`` at input size ``shape`` to ``out`` (a ``.onnx`` file).
+
+    Args:
+        model (nn.Module): mmseg ``EncoderDecoder`` (moved to CPU, eval mode, for the export).
+        shape (tuple[int, int]): Input ``(H, W)`` of the exported graph (the example input).
+        out (str): The file to write (folders created).
+        dynamic (bool): Dynamic H and W. Default: False.
+        opset (int): ONNX opset (>= 17). Default: 20.
+
+    Returns:
+        str: ``out``.
+    """
+    if dynamic:
+        static = static_shape_mixers(model)
+        if static:
+            raise UserError(f'--dynamic: {", ".join(static)} cannot be exported with dynamic H, W '
+                            '(see onnx_dynamic_shape in its class); export at a fixed --shape')
+    height, width = (int(size) for size in shape)
+    model = model.cpu().eval()
+    example = torch.zeros(1, 3, height, width)
+    dynamic_shapes = None
+    if dynamic:
+        dims = torch.export.Dim('height', min=32, max=8192), torch.export.Dim('width', min=32,
+                                                                                  max=8192)
+        dynamic_shapes = {'inputs': {2: dims[0], 3: dims[1]}}
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    with torch.no_grad():
+        program = torch.onnx.export(
+            SegmentorLogits(model).eval(), (example, ), dynamo=True, opset_version=opset,
+            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_shapes=dynamic_shapes,
+            external_data=False, verbose=False)
+    program.save(out)
+    if dynamic:
+        _drop_intermediate_shapes(out)
+    return out
+
+
+def _drop_intermediate_shapes(path: str) -> None:
+    """Remove the exporter's shape annotations of intermediate values (onnxruntime infers its
+    own when it loads the file).
+
+    With dynamic H, W, torch 2.14's exporter annotates the output of ``irfft2``'s inverse DFT with
+    the symbolic size of its input's half axis (``W // 2 + 1``) instead of ``W``; onnxruntime then
+    re-uses a buffer of the wrong size and fails ("Shape mismatch attempting to re-use buffer").
+    """
+    import onnx
+    model = onnx.load(path)
+    del model.graph.value_info[:]
+    for function in model.functions:
+        del function.value_info[:]
+    onnx.save(model, path)
+
+
+def onnx_session(path: str, threads: int | None = None, device: str = 'cpu'):
+    """An onnxruntime ``InferenceSession`` of ``path`` (CUDA provider first for ``cuda``)."""
+    import onnxruntime
+    if not osp.isfile(path):
+        raise UserError(f'ONNX file not found: {path}')
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    providers = ['CPUExecutionProvider']
+    if device.startswith('cuda'):
+        providers.insert(0, 'CUDAExecutionProvider')
+    try:
+        return onnxruntime.InferenceSession(path, options, providers=providers)
+    except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise UserError(f'{path}: onnxruntime cannot load it ({type(error).__name__}: '
+                        f'{str(error).splitlines()[0]})') from error
+
+
+def onnx_max_abs_difference(model: nn.Module, session, inputs: Tensor) -> float:
+    """Max abs difference between onnxruntime's and PyTorch's logits for ``inputs``."""
+    with torch.no_grad():
+        expected = SegmentorLogits(model.cpu().eval())(inputs).numpy()
+    (actual, ) = session.run(None, {INPUT_NAME: inputs.numpy()})
+    return float(np.abs(actual - expected).max())

@@ -1,0 +1,114 @@
+"""Label maps for images: the config's test pipeline, the segmentor (PyTorch or onnxruntime).
+
+:class:`Segmenter` runs what mmseg's ``inference_model`` runs (the config's ``test_pipeline``
+from an image array, ``model.test_step``: data preprocessor, whole or sliding-window inference,
+logits resized back to the image) in batches of equal-sized images, and times each batch.
+:func:`use_onnxruntime` swaps the network for an onnxruntime session of the exported graph
+(:mod:`.onnx_export`), keeping mmseg's pre- and post-processing around it, so both backends see
+the same tensors.
+"""
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from mmcv.transforms import Compose
+from torch import Tensor
+
+from ..engine.errors import UserError
+from .onnx_export import INPUT_NAME
+
+__all__ = ['Prediction', 'Segmenter', 'array_pipeline', 'use_onnxruntime']
+
+
+@dataclass
+class Prediction:
+    """One image's result.
+
+    Attributes:
+        label (np.ndarray): ``(H, W)`` train ids at the image's own size, ``uint8``.
+        seconds (float): Inference time (pipeline excluded), its share of the batch's.
+    """
+    label: np.ndarray
+    seconds: float
+
+
+def array_pipeline(cfg) -> list[dict]:
+    """The config's ``test_pipeline`` for image arrays: ``LoadImageFromFile`` ->
+    ``LoadImageFromNDArray``, top-level ``LoadAnnotations`` dropped (mmseg's inference does the
+    same; guarded label loading with ``requires='seg_map_path'`` passes images alone)."""
+    if 'test_pipeline' not in cfg:
+        raise UserError(f'{cfg.filename}: no test_pipeline to prepare images with')
+    pipeline = [t for t in copy.deepcopy(cfg.test_pipeline) if t.get('type') != 'LoadAnnotations']
+    loaders = [t for t in pipeline if t.get('type') == 'LoadImageFromFile']
+    if not loaders:
+        raise UserError(f'{cfg.filename}: test_pipeline has no top-level LoadImageFromFile '
+                        "(mmseg's inference APIs need one to put their image loader in)")
+    loaders[0]['type'] = 'LoadImageFromNDArray'
+    return pipeline
+
+
+class Segmenter:
+    """Segment BGR ``uint8`` images with a segmentor built by mmseg's ``init_model``.
+
+    Args:
+        model (nn.Module): The ``EncoderDecoder`` (with ``model.cfg``), in eval mode.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.pipeline = Compose(array_pipeline(model.cfg))
+
+    def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
+        """Segment ``images`` as batches of the ones whose pipeline output has one size."""
+        prepared = [self.pipeline(dict(img=image)) for image in images]
+        results: list[Prediction | None] = [None] * len(images)
+        groups: dict[tuple, list[int]] = {}
+        for index, item in enumerate(prepared):
+            groups.setdefault(tuple(item['inputs'].shape), []).append(index)
+        for indices in groups.values():
+            data = dict(inputs=[prepared[i]['inputs'] for i in indices],
+                        data_samples=[prepared[i]['data_samples'] for i in indices])
+            start = time.perf_counter()
+            with torch.no_grad():
+                outputs = self.model.test_step(data)
+            seconds = (time.perf_counter() - start) / len(indices)
+            for index, output in zip(indices, outputs):
+                label = output.pred_sem_seg.data[0].cpu().numpy().astype(np.uint8)
+                results[index] = Prediction(label, seconds)
+        return results
+
+
+class OnnxRuntimeEncodeDecode:
+    """Stands in for ``EncoderDecoder.encode_decode``: the logits from an onnxruntime session.
+
+    Args:
+        session: ``onnxruntime.InferenceSession`` of a graph from :func:`.export_onnx`.
+        path (str): Its file, for messages.
+    """
+
+    def __init__(self, session, path: str) -> None:
+        self.session = session
+        self.path = path
+        shape = session.get_inputs()[0].shape  # ints where static, names where dynamic
+        self.static_hw = tuple(shape[2:]) if all(isinstance(s, int) for s in shape[2:]) else None
+
+    def __call__(self, inputs: Tensor, batch_img_metas: list[dict]) -> Tensor:
+        if self.static_hw is not None and tuple(inputs.shape[2:]) != self.static_hw:
+            raise UserError(
+                f'{self.path} takes {self.static_hw[0]}x{self.static_hw[1]} inputs (exported '
+                f'without --dynamic) but the model gets {inputs.shape[2]}x{inputs.shape[3]} '
+                'here; export at this --shape or with --dynamic, or use --mode slide with '
+                'model.test_cfg.crop_size equal to the exported shape')
+        array = inputs.detach().float().cpu().numpy()
+        logits = [self.session.run(None, {INPUT_NAME: array[i:i + 1]})[0]
+                  for i in range(array.shape[0])]
+        return torch.from_numpy(np.concatenate(logits)).to(inputs.device)
+
+
+def use_onnxruntime(model, session, path: str):
+    """Make ``model`` compute its logits with ``session`` (everything else stays PyTorch)."""
+    model.encode_decode = OnnxRuntimeEncodeDecode(session, path)
+    return model

@@ -1,0 +1,204 @@
+"""ONNX export: AFNO's (and FNO's) real-arithmetic export form equals the training path, every
+mixer exports in a whole segmentor and onnxruntime matches PyTorch, tools/deployment/pytorch2onnx.py
+writes a checked file, and --dynamic works where it is allowed."""
+import os
+import re
+
+import onnx
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+from mmseg.registry import MODELS
+
+from afno_seg.deployment import (
+    SegmentorLogits,
+    export_onnx,
+    onnx_max_abs_difference,
+    onnx_session,
+    static_shape_mixers,
+)
+from afno_seg.engine.errors import UserError
+from afno_seg.mixers import afno as afno_module
+from afno_seg.mixers import fno as fno_module
+from afno_seg.mixers import mixer_variants
+from afno_seg.mixers.afno import AFNOMixer
+from afno_seg.mixers.afno_export import afno_real_arithmetic
+from afno_seg.mixers.fno import FNOMixer
+from afno_seg.mixers.spectral import SpectralBand, complex_matmul_in_real_arithmetic
+
+from conftest import TINY_CONFIG, check, run_tool
+
+FAST_EXPORT = ('afno', 'gfn')  # the rest of the variants export in the slow test
+
+
+@pytest.fixture(autouse=True)
+def mmseg_scope():
+    init_default_scope('mmseg')
+
+
+@pytest.mark.parametrize('shrink', ['split', 'magnitude'])
+@pytest.mark.parametrize('fraction, hw', [(1.0, (6, 9)), (0.25, (12, 10)), (0.5, (7, 7))])
+def test_afno_real_arithmetic_equals_the_fused_and_composed_paths(shrink, fraction, hw):
+    torch.manual_seed(0)
+    mixer = AFNOMixer(16, num_blocks=4, hidden_size_factor=2, sparsity_threshold=0.01,
+                      hard_thresholding_fraction=fraction, shrink=shrink).double()
+    with torch.no_grad():
+        for p in mixer.parameters():
+            p.mul_(20)  # weights large enough that ReLU and the shrink both cut somewhere
+    x = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64)
+    band = SpectralBand.fraction(hw, fraction)
+    real = afno_real_arithmetic(x, hw, band, (mixer.w1, mixer.b1, mixer.w2, mixer.b2),
+                                mixer.sparsity_threshold, shrink)
+    reference = mixer(x, hw)  # fused (split) or composed (magnitude)
+    mixer.fused = False
+    composed = mixer(x, hw)
+    torch.testing.assert_close(real, reference, rtol=0, atol=1e-12)
+    torch.testing.assert_close(real, composed, rtol=0, atol=1e-12)
+    assert (real - x).abs().max() > 1e-3  # the mixer did something beyond its residual
+
+
+def test_complex_matmul_in_real_arithmetic():
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 4, 5, dtype=torch.complex128, generator=generator)
+    b = torch.randn(3, 5, 2, dtype=torch.complex128, generator=generator)
+    torch.testing.assert_close(complex_matmul_in_real_arithmetic(a, b), a @ b, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize('mixer_cls, module, function', [
+    (AFNOMixer, afno_module, 'afno_real_arithmetic'),
+    (FNOMixer, fno_module, 'complex_matmul_in_real_arithmetic')])
+def test_export_path_is_taken_only_during_export(monkeypatch, mixer_cls, module, function):
+    torch.manual_seed(0)
+    mixer = mixer_cls(16, **({'num_blocks': 4} if mixer_cls is AFNOMixer else {'modes': (3, 3)}))
+    x = torch.randn(1, 8 * 10, 16)
+    calls = []
+    original = getattr(module, function)
+    monkeypatch.setattr(module, function, lambda *a: calls.append(1) or original(*a))
+    expected = mixer(x, (8, 10))
+    assert not calls  # training/inference keep the complex path
+    monkeypatch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
+    exported = mixer(x, (8, 10))
+    assert calls
+    torch.testing.assert_close(exported, expected, rtol=1e-5, atol=1e-6)
+
+
+def tiny_segmentor(variant: str):
+    cfg = Config.fromfile(TINY_CONFIG)
+    mixer = dict(mixer_variants()[variant])
+    if mixer['type'] == 'AFNOMixer':
+        mixer['num_blocks'] = 4
+    if mixer['type'] == 'FNOMixer':
+        mixer['modes'] = (4, 4)
+    cfg.model.backbone.mixers = mixer
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.eval()
+
+
+def exported_ops(path) -> set[str]:
+    graph = onnx.load(path)
+    ops = {node.op_type for node in graph.graph.node}
+    for function in graph.functions:
+        ops |= {node.op_type for node in function.node}
+    return ops
+
+
+def check_variant_exports(variant, tmp_path):
+    model = tiny_segmentor(variant)
+    path = export_onnx(model, (64, 96), str(tmp_path / f'{variant}.onnx'))
+    onnx.checker.check_model(path)
+    graph = onnx.load(path)
+    assert {opset.domain for opset in graph.opset_import} <= {'', 'ai.onnx'} | {
+        f.domain for f in graph.functions}  # standard ops only (local functions allowed)
+    inputs = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(1))
+    session = onnx_session(path)
+    assert session.get_outputs()[0].shape == [1, 19, 64, 96]
+    assert onnx_max_abs_difference(model, session, inputs) < 1e-4
+    return exported_ops(path)
+
+
+@pytest.mark.parametrize('variant', FAST_EXPORT)
+def test_mixer_exports_and_matches_onnxruntime(variant, tmp_path):
+    ops = check_variant_exports(variant, tmp_path)
+    assert 'DFT' in ops
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('variant', sorted(set(mixer_variants()) - set(FAST_EXPORT)))
+def test_every_other_mixer_exports_and_matches_onnxruntime(variant, tmp_path):
+    ops = check_variant_exports(variant, tmp_path)
+    spectral = MODELS.get(mixer_variants()[variant]['type']).spectral  # the catalogue's flag
+    assert ('DFT' in ops) == spectral, sorted(ops)
+
+
+def save_checkpoint(model, path):
+    from mmseg.datasets import CityscapesDataset
+    torch.save(dict(state_dict=model.state_dict(),
+                    meta=dict(dataset_meta=dict(CityscapesDataset.METAINFO))), path)
+    return str(path)
+
+
+def test_pytorch2onnx_tool_writes_and_checks_the_file(tmp_path):
+    model = tiny_segmentor('afno')
+    checkpoint = save_checkpoint(model, tmp_path / 'afno.pth')
+    out = tmp_path / 'onnx' / 'afno.onnx'
+    result = check(run_tool('tools/deployment/pytorch2onnx.py', TINY_CONFIG, checkpoint,
+                            '--shape', '64', '128', '--out', str(out)))
+    match = re.search(r'max abs difference ([0-9.e+-]+)', result.stdout)
+    assert match and float(match.group(1)) < 1e-4, result.stdout
+    # The file holds the checkpoint's weights: it reproduces this model's logits.
+    inputs = torch.randn(1, 3, 64, 128, generator=torch.Generator().manual_seed(3))
+    assert onnx_max_abs_difference(model, onnx_session(str(out)), inputs) < 1e-4
+    assert 'pkg_resources' not in result.stderr
+
+
+DYNAMIC = ('gfn', )  # fast; the slow test below covers every other variant
+
+
+def check_dynamic_export(variant, tmp_path):
+    model = tiny_segmentor(variant)
+    path = export_onnx(model, (64, 96), str(tmp_path / f'{variant}.onnx'), dynamic=True)
+    session = onnx_session(path)
+    assert session.get_inputs()[0].shape[2:] == ['height', 'width']
+    for shape in ((64, 96), (96, 160), (72, 120)):
+        inputs = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(2))
+        assert onnx_max_abs_difference(model, session, inputs) < 1e-4
+        with torch.no_grad():
+            assert tuple(SegmentorLogits(model)(inputs).shape) == (1, 19, *shape)
+
+
+@pytest.mark.parametrize('variant', DYNAMIC)
+def test_dynamic_export_runs_other_sizes(variant, tmp_path):
+    check_dynamic_export(variant, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('variant', sorted(set(mixer_variants()) - set(DYNAMIC)))
+def test_dynamic_export_of_every_other_variant_or_a_clear_refusal(variant, tmp_path):
+    if not static_shape_mixers(tiny_segmentor(variant)):
+        check_dynamic_export(variant, tmp_path)
+    else:
+        with pytest.raises(UserError, match='cannot be exported with dynamic H, W'):
+            export_onnx(tiny_segmentor(variant), (64, 96), str(tmp_path / 'x.onnx'),
+                        dynamic=True)
+        assert not (tmp_path / 'x.onnx').exists()
+
+
+def test_dynamic_shape_declarations():
+    assert static_shape_mixers(tiny_segmentor('afno')) == []
+    assert static_shape_mixers(tiny_segmentor('afno25')) == ['AFNOMixer']
+    assert static_shape_mixers(tiny_segmentor('fno')) == ['FNOMixer']
+    assert static_shape_mixers(tiny_segmentor('ls')) == ['LongShortAttentionMixer']
+
+
+def test_bad_checkpoint_is_named_by_the_export_tool(tmp_path):
+    garbage = tmp_path / 'garbage.pth'
+    garbage.write_text('not a checkpoint')
+    result = run_tool('tools/deployment/pytorch2onnx.py', TINY_CONFIG, str(garbage), '--shape',
+                      '64', '64', '--out', str(tmp_path / 'x.onnx'))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and 'garbage.pth' in lines[0] and 'not a readable' in lines[0], lines
+    assert not os.path.exists(tmp_path / 'x.onnx')
