@@ -20,6 +20,7 @@ from mmengine.config import DictAction
 from mmengine.logging import print_log
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
+from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
 from afno_seg.engine.preemption import restart_count
 
@@ -48,6 +49,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
     cfg = load_config(args.config, args.launcher, args.cfg_options, args.work_dir)
     if args.amp:

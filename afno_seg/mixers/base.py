@@ -15,7 +15,8 @@ counters.
 Declarations (class attributes, read by :mod:`afno_seg.mixers.catalogue`; each class states its
 own, none is inherited from a parent mixer): ``variants`` (the named settings every table,
 benchmark, study and config lists), ``example_args`` / ``extra_examples`` (small constructor
-arguments the test suites build it with), ``spectral``, ``stores_grid`` and ``flop_terms``.
+arguments the test suites build it with), ``spectral``, ``stores_grid``, ``flop_terms`` and
+``onnx_dynamic_shape``.
 See ``docs/adding_a_mixer.md``.
 """
 from dataclasses import dataclass, field
@@ -63,6 +64,9 @@ class TokenMixer(BaseModule):
     stores_grid: ClassVar[bool] = False
     #: The keys of :meth:`flops`.
     flop_terms: ClassVar[tuple[str, ...]] = ()
+    #: Exports to ONNX with dynamic H, W (False where sizes are computed in Python from the grid;
+    #: may be a property when it depends on the arguments, as AFNO's truncation).
+    onnx_dynamic_shape: ClassVar[bool] = True
 
     def __init__(self, embed_dims: int, init_cfg: dict | None = None) -> None:
         super().__init__(init_cfg=init_cfg)
