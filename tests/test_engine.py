@@ -1,4 +1,5 @@
-"""Engine extensions: checkpoint loading on torch >= 2.6, CPU adaptation, preflight, label checks."""
+"""Engine extensions: checkpoint loading on torch >= 2.6, CPU adaptation, preflight, label
+checks."""
 import os
 
 import numpy as np
@@ -11,9 +12,16 @@ from mmengine.runner.checkpoint import _load_checkpoint
 
 import afno_seg  # noqa: F401
 from afno_seg.datasets import BadSampleError, ValidateSegMap
-from afno_seg.engine import (CheckpointError, CPUAutocastOptimWrapper, DataRootError,
-                             DeviceAwareDistributedDataParallel, UnknownTypeError,
-                             adapt_config_to_device, check_data_roots, check_model_types)
+from afno_seg.engine import (
+    CheckpointError,
+    CPUAutocastOptimWrapper,
+    DataRootError,
+    DeviceAwareDistributedDataParallel,
+    UnknownTypeError,
+    adapt_config_to_device,
+    check_data_roots,
+    check_model_types,
+)
 
 DEMO_CONFIG = os.path.join(os.path.dirname(__file__), '..', 'configs', 'demo',
                            'segformer_afno_demo.py')

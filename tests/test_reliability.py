@@ -33,12 +33,24 @@ from torch import nn
 import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.datasets import transforms as seg_transforms
 from afno_seg.datasets.transforms import BadSampleError
-from afno_seg.engine import (AtomicLocalBackend, DiskSpaceError, EmptySplitError,
-                             NonFiniteLossError, NonFiniteLossHook, SaveError, WorkDirError,
-                             atomic_write, build_runner, estimate_checkpoint_bytes, load_config,
-                             remove_stale_temp_files)
-from afno_seg.engine import atomic_io, checkpoint_hook
+from afno_seg.engine import (
+    AtomicLocalBackend,
+    DiskSpaceError,
+    EmptySplitError,
+    NonFiniteLossError,
+    NonFiniteLossHook,
+    SaveError,
+    WorkDirError,
+    atomic_io,
+    atomic_write,
+    build_runner,
+    checkpoint_hook,
+    estimate_checkpoint_bytes,
+    load_config,
+    remove_stale_temp_files,
+)
 from afno_seg.mixers.catalogue import declared, mixer_classes
+
 from conftest import ROOT, TINY_CONFIG, run_tool
 
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')

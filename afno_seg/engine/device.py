@@ -65,7 +65,8 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
             wrapper_cfg['type'] = 'DeviceAwareDistributedDataParallel'
             # What mmengine's default wrapping passes when model_wrapper_cfg is unset.
             wrapper_cfg.setdefault('broadcast_buffers', False)
-            wrapper_cfg.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
+            wrapper_cfg.setdefault('find_unused_parameters',
+                                   cfg.get('find_unused_parameters', False))
             cfg.model_wrapper_cfg = wrapper_cfg
         warn('distributed backend gloo, DDP on CPU modules.')
     return cfg

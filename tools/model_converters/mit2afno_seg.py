@@ -20,9 +20,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from afno_seg.backbones.mit_checkpoint import (detect_layout, official_to_mmseg,  # noqa: E402
-                                               read_checkpoint)
+from afno_seg.backbones.mit_checkpoint import detect_layout, official_to_mmseg, read_checkpoint
 
 
 def parse_args(argv=None) -> argparse.Namespace:
