@@ -67,14 +67,16 @@ def _band_sums(values: Tensor, bands: Tensor, weight: Tensor, num_bands: int) ->
 
 
 def radial_energy(tokens: Tensor, hw_shape: tuple[int, int], num_bands: int) -> Tensor:
-    """Mean power per mode and channel in each radial band of tokens ``(B, H*W, C)``."""
+    """Mean power per mode and channel in each radial band of tokens ``(B, H*W, C)`` (NaN for a
+    band without modes, e.g. the fine bands of a small grid)."""
     spectrum = torch.fft.rfft2(tokens_to_grid(tokens.double(), hw_shape).permute(0, 3, 1, 2),
                                norm='ortho')
     bands = radial_band_index(hw_shape, num_bands)
     weight = _mode_weight(hw_shape)
     power = _band_sums(spectrum.abs() ** 2, bands, weight, num_bands)
     modes = _band_sums(torch.ones(bands.shape), bands, weight, num_bands)
-    return power / (modes * tokens.shape[0] * tokens.shape[-1]).clamp_min(1)
+    energy = power / (modes * tokens.shape[0] * tokens.shape[-1]).clamp_min(1)
+    return torch.where(modes > 0, energy, torch.full_like(energy, math.nan))
 
 
 def afno_shrink_stats(mixer: AFNOMixer, x: Tensor, hw_shape: tuple[int, int], num_bands: int,

@@ -14,6 +14,11 @@ def _plt():
     return plt
 
 
+def _array(values) -> np.ndarray:
+    """A list from the JSON (None for a band without modes) as floats with NaN."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
 def _centres(results: dict) -> np.ndarray:
     edges = np.asarray(results['band_edges'])
     return (edges[:-1] + edges[1:]) / 2
@@ -35,14 +40,14 @@ def radial_spectra(results: dict, path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, len(stages), figsize=(3.4 * len(stages), 3.2), squeeze=False)
     for ax, stage in zip(axes[0], stages):
         for i, entry in enumerate(e for e in results['layers'] if e['stage'] == stage):
-            ax.semilogy(x, entry['energy_in'], '--', color=f'C{i}', lw=1)
-            ax.semilogy(x, entry['energy_out'], '-', color=f'C{i}', lw=1.4,
+            ax.semilogy(x, _array(entry['energy_out']), '-o', ms=2, color=f'C{i}', lw=1.4,
                         label=f"layer {entry['layer']}")
+            ax.semilogy(x, _array(entry['energy_in']), '--', color='k', lw=0.8, alpha=0.6)
         grid = next(e['grid'] for e in results['layers'] if e['stage'] == stage)
         ax.set_title(f'stage {stage} ({grid[0]}x{grid[1]} tokens)', fontsize=9)
         ax.set_xlabel('radial frequency (cycles/token)')
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel('power per mode (dashed: in, solid: out)')
+    axes[0][0].set_ylabel('power per mode (black dashed: in; colour: out)')
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -67,8 +72,8 @@ def afno_sparsity(results: dict, path: Path, title: str) -> None:
         layers = [e for e in afno['layers'] if e['stage'] == stage]
         with warnings.catch_warnings():  # bands without modes (small grids) stay NaN
             warnings.simplefilter('ignore', RuntimeWarning)
-            kept = np.nanmean([e['band_energy_kept'] for e in layers], axis=0)
-            zero = np.nanmean([e['band_sparsity'] for e in layers], axis=0)
+            kept = np.nanmean([_array(e['band_energy_kept']) for e in layers], axis=0)
+            zero = np.nanmean([_array(e['band_sparsity']) for e in layers], axis=0)
         right.plot(x, 100 * kept, '-o', ms=3, color=f'C{stage - 1}', label=f'stage {stage} energy')
         right.plot(x, 100 * zero, ':', color=f'C{stage - 1}', label=f'stage {stage} zeroed')
     right.set_xlabel('radial frequency (cycles/token)')
@@ -170,9 +175,11 @@ def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path
             layers = [e for e in results['layers'] if e['stage'] == stage]
             if not layers:
                 continue
-            gain = np.mean([np.asarray(e['energy_out']) / np.maximum(e['energy_in'], 1e-30)
-                            for e in layers], axis=0)
-            ax.semilogy(_centres(results), gain, color=f'C{i % 10}',
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore', RuntimeWarning)
+                gain = np.nanmean([_array(e['energy_out']) / _array(e['energy_in'])
+                                   for e in layers], axis=0)
+            ax.semilogy(_centres(results), gain, marker='.', color=f'C{i % 10}',
                         ls='-' if i < 10 else '--', label=label)
         ax.set_title(f'stage {stage}', fontsize=9)
         ax.set_xlabel('radial frequency (cycles/token)')

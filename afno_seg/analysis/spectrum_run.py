@@ -109,10 +109,21 @@ def analyze_model(model, images: list, num_bands: int = 16, resample_factor: flo
     return results, arrays
 
 
+def _finite(value):
+    """``value`` with every NaN float replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
 def write_results(out_dir: Path, results: dict, arrays: dict) -> list[Path]:
     """``spectrum.json`` and ``arrays.npz`` (ERF maps, GFN |K|) in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, npz_path = out_dir / 'spectrum.json', out_dir / 'arrays.npz'
-    json_path.write_text(json.dumps(results, indent=1, default=float) + '\n')
+    json_path.write_text(json.dumps(_finite(results), indent=1, default=float) + '\n')
     np.savez_compressed(npz_path, **arrays)
     return [json_path, npz_path]

@@ -163,8 +163,9 @@ def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
         _Child.process = None
     if code:
         tail = ''.join(open(log_path).readlines()[-5:])
-        raise UserError(f'{prefix.rstrip(":")}: {command[1] if len(command) > 1 else command[0]} failed '
-                        f'(exit {code}); see {log_path}. Last lines:\n{tail}')
+        tool = command[1] if len(command) > 1 else command[0]
+        raise UserError(f'{prefix.rstrip(":")}: {tool} failed (exit {code}); see {log_path}. '
+                        f'Last lines:\n{tail}')
 
 
 def _run_one(run: Run, index: int, total: int, options: StudyOptions,
