@@ -41,7 +41,7 @@ class StudyOptions:
     def __init__(self, work_dir, seeds=(0, ), gpus=1, cfg_options=None, eval_scales=(1.0, ),
                  cost_config=None, cost_shape=None, bench_args='', costs=True, benchmark=True,
                  spectrum=False, spectrum_args='', partition='PARTITION', runs=True,
-                 bench_max_params_m=None):
+                 bench_max_params_m=None, train=True):
         self.work_dir = Path(work_dir)
         self.seeds = list(seeds)
         self.gpus = gpus
@@ -57,6 +57,7 @@ class StudyOptions:
         self.partition = partition
         self.runs = runs  # False: costs (and spectrum) only
         self.bench_max_params_m = bench_max_params_m
+        self.train = train  # False: evaluate only what is trained (e.g. beside a running study)
 
 
 def parsed_cfg_options(raw: list[str]) -> dict:
@@ -184,6 +185,9 @@ def _run_one(run: Run, index: int, total: int, options: StudyOptions,
             print(f'{prefix} finished earlier (metrics found), skipped', flush=True)
         return done
     checkpoint = final_checkpoint(run, max_iters)
+    if checkpoint is None and not options.train:
+        print(f'{prefix} not trained (yet), skipped', flush=True)
+        return done
     if checkpoint is None:
         resume = (run.train_dir / 'last_checkpoint').is_file()
         print(f'{prefix} train{" (resuming)" if resume else ""}, {max_iters} iterations',

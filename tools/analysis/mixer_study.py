@@ -12,7 +12,11 @@ resolution transfer, AFNO sparsity sweep).
 
 Resumable: a run with a metrics JSON for every scale is skipped, an interrupted training resumes
 from its last checkpoint (``--resume``), costs already measured are kept. Run the same command
-again after a kill.
+again after a kill. ``--no-train`` evaluates only what is trained (beside a running study, or
+after ``--print-slurm`` jobs), ``--costs-only`` measures costs alone, ``--table-only`` rewrites
+the table from what is there. With ``--spectrum``, ``tools/analysis/spectrum.py`` runs on the first
+seed of every row, which adds AFNO's measured soft-shrink sparsity to the table and, when rows
+differ in ``sparsity_threshold``, the sparsity-sweep plot.
 
 Mixer specs (``--mixers``): catalogue names (``afno``, ``gfn``, ... or ``all``), one name per
 stage joined by ``+`` (``afno+afno+esa+esa``: the hybrid), settings after ``:``
@@ -74,6 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--spectrum', action='store_true', help='run tools/analysis/spectrum.py '
                         'on the first seed of every row (AFNO sparsity column, sweep plot)')
     parser.add_argument('--spectrum-args', default='', help='extra spectrum.py arguments')
+    parser.add_argument('--no-train', action='store_true', help='evaluate only runs whose '
+                        'training is finished; train nothing')
     parser.add_argument('--table-only', action='store_true', help='write the table from what is '
                         'there, run nothing')
     args = parser.parse_args(argv)
@@ -98,7 +104,8 @@ def main(argv=None) -> None:
         args.work_dir, args.seeds, args.gpus, args.cfg_options, args.eval_scales,
         args.cost_config, args.cost_shape, args.bench_args, not args.no_costs,
         not args.no_benchmark, args.spectrum, args.spectrum_args, args.partition,
-        runs=not args.costs_only, bench_max_params_m=args.bench_max_params)
+        runs=not args.costs_only, bench_max_params_m=args.bench_max_params,
+        train=not args.no_train)
     options.work_dir.mkdir(parents=True, exist_ok=True)
     rows = plan_rows(configs, specs, options.work_dir, args.cost_config)
     runs = plan_runs(rows, args.seeds, options.work_dir)
