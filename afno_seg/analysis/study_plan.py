@@ -144,10 +144,15 @@ def derived_config_text(base: str, mixers: list[dict]) -> str:
             f'model = dict(backbone=dict(mixers=[\n{listed},\n]))\n')
 
 
-def write_if_changed(path: Path, text: str) -> None:
-    """Write ``text`` atomically, and only when the file differs (a study running in another
-    process may be reading it)."""
-    if path.is_file() and path.read_text() == text:
+def write_once(path: Path, text: str) -> None:
+    """Write a derived config (atomically: a study in another process may be reading it) unless
+    it exists. A study's rows are fixed when first planned: its runs were trained from these
+    files, so a later change of the catalogue does not rewrite them (a note says so)."""
+    if path.is_file():
+        if path.read_text() != text:
+            print(f'note: {path} differs from what the catalogue gives now; the study keeps it '
+                  '(its runs were trained from it). Use a new --work-dir for the new definition.',
+                  flush=True)
         return
     temporary = path.with_name(path.name + '.tmp')
     temporary.write_text(text)
@@ -189,11 +194,11 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
                 row_id = stem + '__' + _NAME_RE.sub('_', spec).replace(':', '_')
                 config_dir.mkdir(parents=True, exist_ok=True)
                 path = config_dir / f'{row_id}.py'
-                write_if_changed(path, derived_config_text(config, stage_mixers))
+                write_once(path, derived_config_text(config, stage_mixers))
                 row = Row(row_id, config, str(path), spec, spec)
             if cost_config:
                 config_dir.mkdir(parents=True, exist_ok=True)
-                write_if_changed(config_dir / f'cost_{row.row_id}.py',
+                write_once(config_dir / f'cost_{row.row_id}.py',
                                  derived_config_text(cost_config, [dict(m) for m in stage_mixers]))
             rows.append(row)
     ids = [row.row_id for row in rows]
