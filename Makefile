@@ -3,7 +3,7 @@ PY := .venv/bin/python
 DEMO_CONFIG := configs/demo/segformer_afno_demo.py
 DEMO_DIR := work_dirs/demo
 
-.PHONY: install demo test test-fast clean-demo
+.PHONY: install demo lint test test-fast clean-demo
 
 install:
 	bash tools/install.sh
@@ -15,6 +15,10 @@ demo: install
 	$(PY) tools/test.py $(DEMO_CONFIG) "$$(cat $(DEMO_DIR)/last_checkpoint)" \
 		--work-dir $(DEMO_DIR) --show-dir vis
 	@echo "demo: checkpoint, logs, per-class IoU and overlays (vis/vis_data/vis_image/) are under $(DEMO_DIR)/"
+
+# ruff (pyflakes, pycodestyle, import order; settings in pyproject.toml); CI runs it first.
+lint: install
+	$(PY) -m ruff check .
 
 # The whole suite, slow end-to-end runs included (what CI runs).
 test: install

@@ -1,11 +1,7 @@
 # AFNO-100%: adaptive Fourier neural operator with every frequency kept (8 blocks, soft-shrink
 # 0.01). AFNO paper, Table 4: 80.9 mIoU.
-_base_ = './_base_/segformer_mixer-b3_8xb1-160k_cityscapes-1024x1024.py'
-model = dict(
-    backbone=dict(
-        mixers=dict(
-            type='AFNOMixer',
-            num_blocks=8,
-            hidden_size_factor=1,
-            sparsity_threshold=0.01,
-            hard_thresholding_fraction=1.0)))
+_base_ = [
+    './_base_/segformer_mixer-b3_8xb1-160k_cityscapes-1024x1024.py',
+    './_base_/mixers/afno.py'
+]
+model = dict(backbone=dict(mixers={{_base_.afno_mixer}}))

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from afno_seg.datasets.demo_dataset import generate as generate_demo_data
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CONFIG = str(ROOT / 'tests' / 'configs' / 'tiny_demo.py')
 
@@ -26,7 +28,7 @@ def load_script(relative_path: str):
 @pytest.fixture(scope='session')
 def tiny_demo_data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp('demo') / 'demo_cityscapes'
-    load_script('tools/dataset/make_demo_data.py').generate(
+    generate_demo_data(
         str(out), num_train=8, num_val=4, height=64, width=128, seed=0)
     return out
 

@@ -17,17 +17,23 @@ from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 
 import afno_seg.backbones  # noqa: F401
-import afno_seg.mixers  # noqa: F401
 from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
+from afno_seg.mixers import mixer_variants
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(glob.glob(str(ROOT / 'configs' / 'segformer_*_b3_cityscapes.py')))
-AFNO, ESA = 'AFNOMixer', 'EfficientSelfAttentionMixer'
-EXPECTED_MIXERS = {
-    'afno': [AFNO] * 4, 'afno25': [AFNO] * 4, 'gfn': ['GlobalFilterMixer'] * 4,
-    'fnet': ['FNetMixer'] * 4, 'axial': ['AxialAttentionMixer'] * 4, 'esa': [ESA] * 4,
-    'sa': ['FullSelfAttentionMixer'] * 4, 'afno-esa-hybrid': [AFNO, AFNO, ESA, ESA],
-}
+MIXER_BASES = sorted(glob.glob(str(ROOT / 'configs' / '_base_' / 'mixers' / '*.py')))
+
+
+def expected_mixers(name: str) -> list[dict]:
+    """Per-stage mixer configs a B3 config's short name promises, from the catalogue:
+    ``segformer_{variant}_b3`` has that variant in every stage; ``segformer_{a}-{b}-hybrid_b3``
+    has variant ``a`` in stages 1-2 and ``b`` in stages 3-4."""
+    variants = mixer_variants()
+    if name.endswith('-hybrid'):
+        first, second = name[:-len('-hybrid')].split('-')
+        return [variants[first]] * 2 + [variants[second]] * 2
+    return [variants[name]] * 4
 
 
 def short_name(path: str) -> str:
@@ -90,8 +96,17 @@ def predict(model, height: int, width: int, test_cfg: dict) -> torch.Tensor:
     return result.pred_sem_seg.data
 
 
-def test_every_expected_config_exists():
-    assert sorted(map(short_name, CONFIGS)) == sorted(EXPECTED_MIXERS)
+def test_every_config_is_named_after_catalogue_variants():
+    assert len(CONFIGS) >= 8
+    for path in CONFIGS:
+        assert len(expected_mixers(short_name(path))) == 4  # a KeyError names an unknown variant
+
+
+@pytest.mark.parametrize('path', MIXER_BASES, ids=osp.basename)
+def test_mixer_bases_define_the_catalogue_variants(path):
+    """``configs/_base_/mixers/{name}.py`` defines ``{name}_mixer``, equal to the catalogue's."""
+    name = osp.basename(path)[:-len('.py')]
+    assert Config.fromfile(path)[f'{name}_mixer'] == mixer_variants()[name]
 
 
 def test_base_recipe():
@@ -131,8 +146,12 @@ def test_b3_config_builds_with_expected_mixers(path):
     backbone = model.backbone
     assert type(backbone).__name__ == 'MixerMiT'
     assert [len(layers) for _, layers, _ in backbone.layers] == [3, 4, 18, 3]
-    for stage, expected in enumerate(EXPECTED_MIXERS[short_name(path)]):
-        assert {type(layer.attn).__name__ for layer in backbone.layers[stage][1]} == {expected}
+    expected = expected_mixers(short_name(path))
+    configured = cfg.model.backbone.mixers
+    configured = list(configured) if isinstance(configured, (list, tuple)) else [configured] * 4
+    assert [dict(m) for m in configured] == expected
+    for stage, mixer in enumerate(expected):
+        assert {type(layer.attn).__name__ for layer in backbone.layers[stage][1]} == {mixer['type']}
     first = backbone.layers[0][1][0].attn
     if short_name(path) == 'afno25':
         assert first.hard_thresholding_fraction == 0.25

@@ -16,20 +16,21 @@ from mmseg.models.backbones import MixVisionTransformer
 import afno_seg.backbones  # noqa: F401  (registers MixerMiT)
 import afno_seg.mixers  # noqa: F401  (registers the mixers)
 from afno_seg.backbones import MixerMiT, official_to_mmseg
-from afno_seg.backbones.mixer_mit import registered_mixers
+from afno_seg.mixers import example_cases, stage_grids
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny MiT: widths 16, 32, 64, 128 (heads 1, 2, 4, 8), one layer per stage.
 TINY = dict(embed_dims=16, num_layers=[1, 1, 1, 1], num_heads=[1, 2, 4, 8])
+# Every mixer of the catalogue, as its example case configures it (stage arguments filled in).
+EVERY_MIXER = {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
+                                                   if k != 'embed_dims'})
+               for case_id, cls, kwargs in example_cases()}
+# The mixers that the tests below single out.
 MIXERS = {
     'esa': dict(type='EfficientSelfAttentionMixer'),
     'sa': dict(type='FullSelfAttentionMixer'),
-    'axial': dict(type='AxialAttentionMixer'),
     'afno': dict(type='AFNOMixer', num_blocks=4),
-    'afno25': dict(type='AFNOMixer', num_blocks=4, hard_thresholding_fraction=0.25),
     'gfn': dict(type='GlobalFilterMixer'),
-    'fnet': dict(type='FNetMixer'),
-    'fno': dict(type='FNOMixer', modes=(3, 3)),
 }
 
 
@@ -37,37 +38,30 @@ def tiny(**kwargs) -> MixerMiT:
     return MixerMiT(**{**TINY, **kwargs})
 
 
-def stage_grid(size: int, stage: int) -> int:
-    """Grid of stage ``stage`` for an input side ``size``: conv k, stride s, padding k // 2."""
-    for kernel, stride in list(zip((7, 3, 3, 3), (4, 2, 2, 2)))[:stage + 1]:
-        size = (size + 2 * (kernel // 2) - kernel) // stride + 1
-    return size
-
-
 def stage_mixers(model: MixerMiT, stage: int) -> list:
     return [layer.attn for layer in model.layers[stage][1]]
 
 
-def test_every_registered_mixer_is_covered():
-    covered = {cfg['type'] for cfg in MIXERS.values()}
-    assert set(registered_mixers()) <= covered, set(registered_mixers()) - covered
+def test_stage_grids_match_the_patch_embeddings():
+    model = tiny().eval()
+    x = torch.randn(1, 3, 61, 90)
+    assert [tuple(o.shape[2:]) for o in model(x)] == stage_grids((61, 90)) == \
+        [(16, 23), (8, 12), (4, 6), (2, 3)]
 
 
-@pytest.mark.parametrize('name', list(MIXERS))
+@pytest.mark.parametrize('name', list(EVERY_MIXER))
 @pytest.mark.parametrize('hw', [(64, 64), (56, 88)])  # square; non-square with odd grids
 def test_stage_shapes_every_mixer(name, hw):
     torch.manual_seed(0)
-    model = tiny(mixers=MIXERS[name]).eval()
+    model = tiny(mixers=EVERY_MIXER[name]).eval()
     x = torch.randn(2, 3, *hw)
     outs = model(x)
     assert len(outs) == 4
-    for stage, out in enumerate(outs):
-        expected = (2, 16 * TINY['num_heads'][stage], stage_grid(hw[0], stage),
-                    stage_grid(hw[1], stage))
-        assert tuple(out.shape) == expected
+    for stage, (out, grid) in enumerate(zip(outs, stage_grids(hw))):
+        assert tuple(out.shape) == (2, 16 * TINY['num_heads'][stage], *grid)
         assert torch.isfinite(out).all()
     # Every mixer really is the configured type in every stage.
-    mixer_type = MIXERS[name]['type']
+    mixer_type = EVERY_MIXER[name]['type']
     assert all(type(m).__name__ == mixer_type for s in range(4) for m in stage_mixers(model, s))
 
 
@@ -155,10 +149,10 @@ def test_drop_path_is_random_in_training_only():
 
 @pytest.mark.parametrize('name', ['esa', 'afno', 'gfn'])
 def test_with_cp_matches_plain(name, monkeypatch):
-    import afno_seg.backbones.mixer_mit as mixer_mit
+    import afno_seg.backbones.encoder_layer as encoder_layer
     calls = []
-    checkpoint = mixer_mit.cp.checkpoint
-    monkeypatch.setattr(mixer_mit.cp, 'checkpoint',
+    checkpoint = encoder_layer.cp.checkpoint
+    monkeypatch.setattr(encoder_layer.cp, 'checkpoint',
                         lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
     torch.manual_seed(0)
     plain = tiny(mixers=MIXERS[name])

@@ -6,19 +6,25 @@ import csv
 import math
 import os.path as osp
 import subprocess
-import sys
 
 import pytest
 import torch
 
+from afno_seg.analysis import benchmarking
+from afno_seg.analysis.mixer_benchmark import B3_STAGES, flop_exponent
 from afno_seg.mixers import AFNOMixer, GlobalFilterMixer
-from afno_seg.mixers.spectral import (hermitian_column_weight, spectrum_to_grid,
-                                      tokens_to_spectrum, transposed_copy)
+from afno_seg.mixers.spectral import (
+    hermitian_column_weight,
+    spectrum_to_grid,
+    tokens_to_spectrum,
+    transposed_copy,
+)
+
+from conftest import load_script
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, osp.join(ROOT, 'tools', 'analysis'))
-import benchmark_mixers  # noqa: E402
-import benchmark_model  # noqa: E402
+benchmark_mixers = load_script('tools/analysis/benchmark_mixers.py')
+benchmark_model = load_script('tools/analysis/benchmark_model.py')
 
 GPU_SCRIPT = osp.join(ROOT, 'tools', 'analysis', 'gpu_benchmarks.sh')
 
@@ -139,28 +145,37 @@ def test_fit_exponent_recovers_power_law():
     tokens = [64**2, 128**2, 256**2]
     for power in (1.0, 1.13, 2.0):
         seconds = [3e-9 * n**power for n in tokens]
-        assert benchmark_mixers.fit_exponent(tokens, seconds) == pytest.approx(power)
-    assert math.isnan(benchmark_mixers.fit_exponent([10], [1.0]))
+        assert benchmarking.fit_exponent(tokens, seconds) == pytest.approx(power)
+    assert math.isnan(benchmarking.fit_exponent([10], [1.0]))
 
 
 def test_paired_ratio_uses_rounds_in_pairs():
     # The numerator is always twice the denominator in the same round, whatever the load.
-    median, low, high = benchmark_mixers.paired_ratio([2.0, 8.0, 4.0], [1.0, 4.0, 2.0])
+    median, low, high = benchmarking.paired_ratio([2.0, 8.0, 4.0], [1.0, 4.0, 2.0])
     assert (median, low, high) == (2.0, 2.0, 2.0)
 
 
 def test_predict_extrapolates_local_slope():
     history = [(100, 1.0), (400, 4.0)]  # linear so far
-    assert benchmark_mixers.predict(history, 1600, quadratic=False) == pytest.approx(16.0)
-    assert benchmark_mixers.predict([(100, 1.0)], 400, quadratic=True) == pytest.approx(16.0)
-    assert benchmark_mixers.predict([], 400, quadratic=True) == 0.0
+    assert benchmarking.predict(history, 1600) == pytest.approx(16.0)
+    assert benchmarking.predict([(100, 1.0)], 400, first_slope=2.0) == pytest.approx(16.0)
+    assert benchmarking.predict([], 400, first_slope=2.0) == 0.0
+
+
+def test_first_guess_of_the_growth_is_the_analytic_flop_exponent():
+    """Before two grids are measured, time is extrapolated with the FLOP exponent: full
+    attention quadratic, the Fourier mixers N log N, efficient attention in between."""
+    stage = B3_STAGES[0]
+    assert flop_exponent('sa', stage, 64) == pytest.approx(2.0, abs=0.05)
+    assert 1.0 <= flop_exponent('afno', stage, 64) < 1.15
+    assert 1.0 <= flop_exponent('fnet', stage, 64) < 1.15
 
 
 def test_cpu_memory_sees_torch_allocations():
     """held = what the forward leaves for backward (here its output, 4 MB); peak >= held."""
     x = torch.randn(1024, 1024, requires_grad=True)
-    candidate = benchmark_mixers.Candidate('exp', lambda: x.exp(), [x], torch.ones(1024, 1024))
-    peak, held = benchmark_mixers.measure_memory(candidate, 'cpu')
+    candidate = benchmarking.Candidate('exp', lambda: x.exp(), [x], torch.ones(1024, 1024))
+    peak, held = benchmarking.measure_memory(candidate, 'cpu')
     assert held == pytest.approx(4 * 2**20, rel=0.01)
     assert peak >= held + 4 * 2**20  # plus at least the input gradient
 

@@ -1,18 +1,18 @@
-"""Tests for tools/dataset/make_demo_data.py: layout, labels, determinism, difficulty, safety."""
-import importlib.util
-import sys
+"""The demo street scenes (``afno_seg.datasets.demo_*``, command line
+``tools/dataset/make_demo_data.py``): layout, labels, determinism, difficulty, safety."""
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
+from afno_seg.datasets import demo_dataset as demo
+from afno_seg.datasets import demo_scene_parts as parts
+
+from conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    'make_demo_data', ROOT / 'tools' / 'dataset' / 'make_demo_data.py')
-demo = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = demo  # the documented recipe for loading a module from a file path
-_spec.loader.exec_module(demo)
+make_demo_data = load_script('tools/dataset/make_demo_data.py')
 
 IMG, SEG = '_leftImg8bit.png', '_gtFine_labelTrainIds.png'
 SMALL = dict(num_train=6, num_val=3, height=64, width=128, seed=3)
@@ -113,13 +113,14 @@ def test_train_image_does_not_depend_on_the_size_of_the_other_split(small_set, t
 def test_street_classes_appear_across_the_train_split(medium_set):
     _, labels = _load(medium_set, 'train')
     present = set(np.unique(labels).tolist()) - {255}
-    core = {demo.ROAD, demo.SIDEWALK, demo.BUILDING, demo.POLE, demo.VEGETATION, demo.TERRAIN,
-            demo.SKY, demo.PERSON, demo.CAR}
+    core = {parts.ROAD, parts.SIDEWALK, parts.BUILDING, parts.POLE, parts.VEGETATION, parts.TERRAIN,
+            parts.SKY, parts.PERSON, parts.CAR}
     assert core <= present, [demo.CLASSES[c] for c in core - present]
     assert len(present) >= 11
     # Street scenes: road in every image, buildings and sky in most (tall blocks may hide the sky).
-    assert all((frame == demo.ROAD).mean() > 0.1 for frame in labels)
-    with_sky_and_buildings = [(f == demo.SKY).any() and (f == demo.BUILDING).any() for f in labels]
+    assert all((frame == parts.ROAD).mean() > 0.1 for frame in labels)
+    with_sky_and_buildings = [(f == parts.SKY).any() and (f == parts.BUILDING).any()
+                              for f in labels]
     assert np.mean(with_sky_and_buildings) > 0.8
 
 
@@ -220,7 +221,7 @@ def test_refuses_to_overwrite_a_folder_it_did_not_write(tmp_path):
     assert a_file.read_text() == 'x'
 
     with pytest.raises(SystemExit) as exit_info:  # the command line says so and exits non-zero
-        demo.main([str(user), '--num-train', '1', '--num-val', '1'])
+        make_demo_data.main([str(user), '--num-train', '1', '--num-val', '1'])
     assert exit_info.value.code == 2
 
     empty = tmp_path / 'empty'  # an existing empty folder is fine to fill
@@ -232,10 +233,10 @@ def test_command_line_generates_then_skips(tmp_path, capsys):
     root = tmp_path / 'cli'
     argv = [str(root), '--num-train', '1', '--num-val', '1', '--height', '40', '--width', '80',
             '--seed', '2']
-    demo.main(argv)
+    make_demo_data.main(argv)
     out = capsys.readouterr().out
     assert 'train: 1 images' in out and 'road' in out
-    demo.main(argv)
+    make_demo_data.main(argv)
     assert 'nothing to do' in capsys.readouterr().out
     with pytest.raises(ValueError):
         demo.generate(tmp_path / 'bad', num_train=0, num_val=1, verbose=False)

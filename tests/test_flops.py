@@ -9,9 +9,11 @@ from torch import nn
 
 import afno_seg.mixers as mixers
 from afno_seg.analysis import FLOPS_PER_MAC, build_flop_analyzer, count_mixer_flops
-from afno_seg.analysis.complexity import STAGE1_MIXERS
+from afno_seg.analysis.complexity import stage1_labels
 from afno_seg.analysis.flops import NORM_OPS, is_fft_op, shape_only_attention, tracing_for_flops
+from afno_seg.mixers import example_cases
 from afno_seg.mixers.spectral import SpectralBand
+
 from conftest import TINY_CONFIG, load_script
 
 
@@ -160,27 +162,17 @@ def test_ffts_inside_custom_autograd_functions_are_counted():
     assert torch.equal(y.grad, 2 * y.detach())
 
 
-MIXERS = {
-    'afno': lambda: mixers.AFNOMixer(16, num_blocks=4),
-    'afno25': lambda: mixers.AFNOMixer(16, num_blocks=4, hard_thresholding_fraction=0.25),
-    'afno-hidden2': lambda: mixers.AFNOMixer(16, num_blocks=2, hidden_size_factor=2),
-    'gfn-base-grid': lambda: mixers.GlobalFilterMixer(16, base_hw_shape=(6, 10)),
-    'gfn-resized': lambda: mixers.GlobalFilterMixer(16, base_hw_shape=(8, 8)),
-    'fnet-fft': lambda: mixers.FNetMixer(16, dft_matmul=False),
-    'fnet-matmul': lambda: mixers.FNetMixer(16, transform='hartley', dft_matmul=True),
-    'fno': lambda: mixers.FNOMixer(16, modes=(4, 3)),
-    'esa': lambda: mixers.EfficientSelfAttentionMixer(16, num_heads=2, sr_ratio=2),
-    'full-sa': lambda: mixers.FullSelfAttentionMixer(16, num_heads=2),
-    'axial': lambda: mixers.AxialAttentionMixer(16, num_heads=2),
-}
+# Every mixer of the catalogue, each of its example cases (afno_seg.mixers.example_cases).
+MIXER_CASES = {case_id: (cls, kwargs) for case_id, cls, kwargs in example_cases()}
 GRIDS = [(8, 8), (6, 10), (7, 5), (16, 12)]
 
 
 @pytest.mark.parametrize('grid', GRIDS, ids=lambda g: f'{g[0]}x{g[1]}')
-@pytest.mark.parametrize('name', list(MIXERS))
+@pytest.mark.parametrize('name', list(MIXER_CASES))
 def test_traced_count_equals_analytic_flops(name, grid):
     torch.manual_seed(0)
-    mixer = MIXERS[name]().eval()
+    cls, kwargs = MIXER_CASES[name]
+    mixer = cls(**kwargs).eval()
     batch = 2
     counted = count_mixer_flops(mixer, grid, batch_size=batch)
     analytic = mixer.flops(grid)
@@ -195,7 +187,8 @@ def test_traced_count_equals_analytic_flops(name, grid):
 
 @pytest.mark.parametrize('grid', [(16, 16), (12, 20), (33, 17)], ids=lambda g: f'{g[0]}x{g[1]}')
 def test_afno25_mixer_cost_lower_by_the_kept_fraction_of_modes(grid):
-    full, quarter = MIXERS['afno'](), MIXERS['afno25']()
+    full = mixers.AFNOMixer(16, num_blocks=4)
+    quarter = mixers.AFNOMixer(16, num_blocks=4, hard_thresholding_fraction=0.25)
     counted_full, counted_quarter = (count_mixer_flops(m, grid) for m in (full, quarter))
     fft = [sum(v for op, v in c.items() if is_fft_op(op)) for c in (counted_full, counted_quarter)]
     assert fft[0] == fft[1] > 0  # the transforms are the same
@@ -262,7 +255,7 @@ def test_mixer_table_tool_configs_and_sweep(tmp_path, capsys):
     payload = mixer_table.main(['--sweep', '--sizes', '16', '24', '--channels', '16',
                                 '--plot', str(plot), '--out', str(tmp_path / 'sweep')])
     records = payload['records']
-    assert len(records) == 2 * len(STAGE1_MIXERS)
+    assert len(records) == 2 * len(stage1_labels())
     for record in records:
         assert record['counted_gflops'] == pytest.approx(record['analytic_gflops'], rel=1e-9)
     assert plot.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'

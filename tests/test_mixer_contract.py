@@ -1,9 +1,8 @@
-"""One contract suite over every token mixer that ``afno_seg.mixers`` exports.
+"""One contract suite over every token mixer in the catalogue (``afno_seg.mixers.catalogue``).
 
-Mixers are discovered from the package namespace (every exported ``TokenMixer`` subclass), so a
-new mixer is covered as soon as it is exported. Each gets small constructor kwargs: ``CASES``
-below lists extra variants and kwargs; anything else is built from its signature with
-``embed_dims=16`` (and ``num_heads=2`` where the signature asks for heads).
+The cases come from the registry: each registered mixer's ``example_args`` and
+``extra_examples`` (:func:`~afno_seg.mixers.example_cases`), so a new mixer module is covered as
+soon as it is imported, with nothing edited here (``docs/adding_a_mixer.md``).
 """
 import inspect
 import numbers
@@ -11,51 +10,40 @@ import numbers
 import pytest
 import torch
 
-import afno_seg.mixers as mixers
-from afno_seg.mixers import TokenMixer
+from afno_seg.mixers import (
+    build_mixer,
+    example_cases,
+    mixer_catalogue,
+    registered_mixers,
+    stage_arguments,
+)
+from afno_seg.mixers.catalogue import EXAMPLE_EMBED_DIMS, declared
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
 
-EMBED_DIMS = 16
+EMBED_DIMS = EXAMPLE_EMBED_DIMS
 GRIDS = [(8, 8), (12, 20), (7, 9)]  # square, non-square, odd
-SPECTRAL_MODULES = {f'afno_seg.mixers.{name}' for name in ('afno', 'gfn', 'fnet', 'fno')}
-
-# Variants worth running the whole contract on, by class name: id suffix -> extra kwargs.
-CASES = {
-    'AFNOMixer': {'': dict(num_blocks=4),
-                  'truncated-magnitude': dict(num_blocks=4, hard_thresholding_fraction=0.5,
-                                              shrink='magnitude', hidden_size_factor=2)},
-    'GlobalFilterMixer': {'': dict(base_hw_shape=(8, 8))},
-    'FNetMixer': {'fft': dict(dft_matmul=False),
-                  'matmul-hartley': dict(dft_matmul=True, transform='hartley')},
-    'FNOMixer': {'': dict(modes=(3, 4))},
-    'EfficientSelfAttentionMixer': {'': dict(num_heads=2, sr_ratio=2)},
-}
+CASES_ALL = [pytest.param(cls, kwargs, id=case_id) for case_id, cls, kwargs in example_cases()]
 
 
-def discover_mixers() -> list[type]:
-    found = {obj for obj in vars(mixers).values()
-             if inspect.isclass(obj) and issubclass(obj, TokenMixer) and obj is not TokenMixer}
-    return sorted(found, key=lambda cls: cls.__name__)
+def test_catalogue_lists_the_projects_mixers():
+    names = set(registered_mixers())
+    assert {'AFNOMixer', 'GlobalFilterMixer', 'FNetMixer', 'FNOMixer', 'AxialAttentionMixer',
+            'EfficientSelfAttentionMixer', 'FullSelfAttentionMixer'} <= names
+    variants = {entry.name: entry for entry in mixer_catalogue(include_unlisted=True)}
+    assert {'afno', 'afno25', 'gfn', 'fnet', 'fno', 'esa', 'sa', 'axial'} <= set(variants)
+    assert not variants['afno-composed'].listed and variants['afno25'].listed
+    # Each declares its own variants: FullSelfAttentionMixer derives from ESA but is 'sa' only.
+    assert [e.name for e in variants.values() if e.cls.__name__ == 'FullSelfAttentionMixer'] \
+        == ['sa']
 
 
-def default_kwargs(cls: type) -> dict:
-    kwargs = {}
-    if 'num_heads' in inspect.signature(cls).parameters:
-        kwargs['num_heads'] = 2
-    return kwargs
-
-
-def mixer_cases():
-    cases = []
-    for cls in discover_mixers():
-        for suffix, extra in CASES.get(cls.__name__, {'': {}}).items():
-            kwargs = {'embed_dims': EMBED_DIMS, **default_kwargs(cls), **extra}
-            case_id = cls.__name__ + (f'-{suffix}' if suffix else '')
-            cases.append(pytest.param(cls, kwargs, id=case_id))
-    return cases
-
-
-CASES_ALL = mixer_cases()
+@pytest.mark.parametrize('cls, kwargs', CASES_ALL)
+def test_declarations_are_consistent(cls, kwargs):
+    """``flop_terms`` names the keys of ``flops()``; the flags agree with what the class does."""
+    mixer = build(cls, kwargs)
+    assert set(mixer.flops((8, 8))) <= set(declared(cls, 'flop_terms')), declared(cls, 'flop_terms')
+    assert declared(cls, 'spectral') == ('fft' in declared(cls, 'flop_terms'))
+    assert declared(cls, 'stores_grid') == ('base_hw_shape' in inspect.signature(cls).parameters)
 
 
 def build(cls, kwargs, seed=0):
@@ -66,11 +54,6 @@ def build(cls, kwargs, seed=0):
 def tokens(batch, hw, seed=0, dtype=torch.float32):
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(batch, hw[0] * hw[1], EMBED_DIMS, generator=generator).to(dtype)
-
-
-def test_discovery_finds_the_spectral_mixers():
-    names = {cls.__name__ for cls in discover_mixers()}
-    assert {'AFNOMixer', 'GlobalFilterMixer', 'FNetMixer', 'FNOMixer'} <= names
 
 
 @pytest.mark.parametrize('cls, kwargs', CASES_ALL)
@@ -152,7 +135,7 @@ def test_bfloat16_autocast(cls, kwargs):
             out_bf16 = mixer(x_bf16, hw)
             out_fp32_input = mixer(x, hw)
     assert out_bf16.dtype == torch.bfloat16
-    if cls.__module__ in SPECTRAL_MODULES:
+    if declared(cls, 'spectral'):
         assert out_fp32_input.dtype == torch.float32
     else:
         assert out_fp32_input.dtype in (torch.float32, torch.bfloat16)
@@ -177,3 +160,16 @@ def test_flops_positive_and_growing_with_grid(cls, kwargs):
             for key in flops.keys() & previous.keys():
                 assert flops[key] >= previous[key], (key, hw)
         previous = flops
+
+
+@pytest.mark.parametrize('entry', mixer_catalogue(include_unlisted=True), ids=lambda e: e.name)
+def test_every_variant_builds_for_a_stage_and_runs(entry):
+    """The named settings (those of the configs and tables) at a narrow stage, built as MiT does."""
+    torch.manual_seed(0)
+    grid = (10, 12)
+    mixer = build_mixer(entry.config, **stage_arguments(32, num_heads=2, sr_ratio=2,
+                                                       base_hw_shape=grid)).eval()
+    assert type(mixer) is entry.cls and entry.label
+    with torch.no_grad():
+        out = mixer(torch.randn(1, grid[0] * grid[1], 32), grid)
+    assert out.shape == (1, grid[0] * grid[1], 32) and torch.isfinite(out).all()

@@ -29,7 +29,9 @@ import afno_seg  # noqa: F401
 from afno_seg.backbones.mit_checkpoint import load_pretrained_mit
 from afno_seg.backbones.mixer_vit import MixerViT
 from afno_seg.engine import DataRootError, check_data_roots, check_model_types
+from afno_seg.mixers import example_cases
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
+
 from conftest import ROOT, TINY_CONFIG, check, load_script, metrics_of, run_tool
 
 CONFIG_DIR = ROOT / 'configs' / 'mmpretrain'
@@ -40,18 +42,20 @@ TINY_CLS_CONFIG = str(CONFIG_DIR / 'tiny' / 'mit-demo_afno_1xb16-4e_tiny-imagene
 SHRINK_OPTIONS = {'model.backbone.embed_dims': 16, 'model.head.in_channels': 128,
                   'model.backbone.drop_path_rate': 0.0}
 SHRINK = [f'{key}={value}' for key, value in SHRINK_OPTIONS.items()]
+# Every mixer of the catalogue as its example case configures it, plus the names used below.
+EVERY_MIXER = {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
+                                                   if k != 'embed_dims'})
+               for case_id, cls, kwargs in example_cases()}
 MIXERS = {
     'afno': dict(type='AFNOMixer', num_blocks=4),
     'gfn': dict(type='GlobalFilterMixer'),
     'fnet': dict(type='FNetMixer'),
     'sa': dict(type='FullSelfAttentionMixer'),
-    'esa': dict(type='EfficientSelfAttentionMixer'),
-    'axial': dict(type='AxialAttentionMixer'),
 }
 
 
 def tiny_vit(mixer, **kwargs) -> MixerViT:
-    args = dict(arch=dict(embed_dims=16, num_layers=2, num_heads=2), mixer=mixer, img_size=32,
+    args = dict(arch=dict(embed_dims=16, num_layers=2, num_heads=2), mixers=mixer, img_size=32,
                 patch_size=8)
     model = MixerViT(**{**args, **kwargs})
     model.init_weights()
@@ -59,10 +63,10 @@ def tiny_vit(mixer, **kwargs) -> MixerViT:
 
 
 # ------------------------------------------------------------------------------------ MixerViT
-@pytest.mark.parametrize('name', list(MIXERS))
+@pytest.mark.parametrize('name', list(EVERY_MIXER))
 def test_mixer_vit_shapes_and_gradients(name):
     torch.manual_seed(0)
-    model = tiny_vit(MIXERS[name], out_indices=(0, -1))
+    model = tiny_vit(EVERY_MIXER[name], out_indices=(0, -1))
     for height, width in [(32, 32), (40, 24), (37, 29)]:  # base, non-square, not patch multiples
         outs = model(torch.randn(2, 3, height, width))
         grid = (math.ceil(height / 8), math.ceil(width / 8))

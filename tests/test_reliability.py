@@ -38,8 +38,7 @@ from afno_seg.engine import (AtomicLocalBackend, DiskSpaceError, EmptySplitError
                              atomic_write, build_runner, estimate_checkpoint_bytes, load_config,
                              remove_stale_temp_files)
 from afno_seg.engine import atomic_io, checkpoint_hook
-from afno_seg.mixers.base import TokenMixer
-from afno_seg.registry import MMSEG_MODELS
+from afno_seg.mixers.catalogue import declared, mixer_classes
 from conftest import ROOT, TINY_CONFIG, run_tool
 
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
@@ -715,17 +714,8 @@ def test_loss_scaler_skips_non_finite_steps_then_gives_up():
     assert hook.skipped_total == 3
 
 
-def _mixer_classes():
-    return sorted((cls for cls in MMSEG_MODELS.module_dict.values()
-                   if inspect.isclass(cls) and issubclass(cls, TokenMixer)),
-                  key=lambda cls: cls.__name__)
-
-
-SPECTRAL = ('AFNOMixer', 'FNOMixer', 'FNetMixer', 'GlobalFilterMixer')
-
-
 @pytest.mark.parametrize('token_dtype', [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize('mixer_cls', _mixer_classes(), ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize('mixer_cls', mixer_classes(), ids=lambda cls: cls.__name__)
 def test_mixers_stay_finite_on_large_dynamic_range_under_bf16_autocast(mixer_cls, token_dtype):
     """Tokens with magnitudes from 1e-4 to 1e4 (log-uniform, random signs) on a 7x10 grid."""
     torch.manual_seed(0)
@@ -743,7 +733,7 @@ def test_mixers_stay_finite_on_large_dynamic_range_under_bf16_autocast(mixer_cls
     out.float().square().mean().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in mixer.parameters() if p.grad is not None)
-    if mixer_cls.__name__ in SPECTRAL:  # fp32 islands: as accurate as the token dtype allows
+    if declared(mixer_cls, 'spectral'):  # fp32 islands: as accurate as the token dtype allows
         reference = mixer(x.detach().float(), (height, width))
         error = (out.float() - reference).abs().max() / reference.abs().max()
         assert error < (1e-6 if token_dtype == torch.float32 else 1e-2), float(error)

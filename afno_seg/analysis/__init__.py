@@ -6,9 +6,17 @@ reconciliation with the AFNO paper's numbers (:mod:`.reconcile`). See ``docs/flo
 Importable on its own (``import afno_seg.analysis``).
 """
 from .breakdown import analyze_segmentor
-from .flops import (FLOP_HANDLES, FLOPS_PER_MAC, build_flop_analyzer, count_mixer_flops,
-                    fft_op_flops, inline_autograd_functions, is_fft_op, shape_only_attention,
-                    tracing_for_flops)
+from .flops import (
+                    FLOP_HANDLES,
+                    FLOPS_PER_MAC,
+                    build_flop_analyzer,
+                    count_mixer_flops,
+                    fft_op_flops,
+                    inline_autograd_functions,
+                    is_fft_op,
+                    shape_only_attention,
+                    tracing_for_flops,
+)
 from .report import breakdown_markdown, summarize, write_report
 
 __all__ = [

@@ -1,38 +1,36 @@
 """Mixer cost against token count: analytic ``flops()`` next to the traced count, table and plot.
 
-Every mixer at SegFormer-B3's stage-1 width (64 channels, 1 head, reduction 8 for efficient
-attention) on square grids from 32 x 32 to 512 x 512 tokens (1,024 to 262,144), one image. The
-counted column is a ``torch.jit`` trace through :func:`~afno_seg.analysis.flops.count_mixer_flops`
-with norms excluded (the analytic counts leave element-wise work out). Attention is traced with
-the real kernels up to ``real_attention_max_tokens`` and through the shape-only stand-in above
-(same count; full self-attention at 262,144 tokens is ~18 TFLOPs).
+Every listed mixer variant of the catalogue (:func:`afno_seg.mixers.mixer_catalogue`) at
+SegFormer-B3's stage-1 settings (64 channels, 1 head, reduction 8 for efficient attention, GFN's
+filter stored at the stage-1 grid of a 1024 crop) on square grids from 32 x 32 to 512 x 512 tokens
+(1,024 to 262,144), one image. The counted column is a ``torch.jit`` trace through
+:func:`~afno_seg.analysis.flops.count_mixer_flops` with norms excluded (the analytic counts leave
+element-wise work out). Attention is traced with the real kernels up to
+``real_attention_max_tokens`` and through the shape-only stand-in above (same count; full
+self-attention at 262,144 tokens is ~18 TFLOPs).
 """
 from collections.abc import Sequence
 
 import torch
 
+from ..mixers.catalogue import build_mixer, mixer_catalogue, stage_arguments, stage_grids
 from .flops import NORM_OPS, count_mixer_flops
 
-__all__ = ['STAGE1_MIXERS', 'build_stage1_mixer', 'mixer_sweep', 'plot_sweep', 'sweep_markdown']
+__all__ = ['build_stage1_mixer', 'mixer_sweep', 'plot_sweep', 'stage1_labels', 'sweep_markdown']
 
-#: label -> mixer config at B3's stage 1 (``embed_dims`` is filled in).
-STAGE1_MIXERS = {
-    'AFNO-100%': dict(type='AFNOMixer', num_blocks=8),
-    'AFNO-25%': dict(type='AFNOMixer', num_blocks=8, hard_thresholding_fraction=0.25),
-    'GFN': dict(type='GlobalFilterMixer', base_hw_shape=(256, 256)),
-    'FNet': dict(type='FNetMixer'),
-    'FNO (16x16 modes)': dict(type='FNOMixer', modes=(16, 16)),
-    'ESA (sr 8)': dict(type='EfficientSelfAttentionMixer', num_heads=1, sr_ratio=8),
-    'axial attention': dict(type='AxialAttentionMixer', num_heads=1),
-    'full self-attention': dict(type='FullSelfAttentionMixer', num_heads=1),
-}
 DEFAULT_SIZES = (32, 64, 128, 256, 512)
 
 
+def stage1_labels() -> dict[str, str]:
+    """Display label -> catalogue name of every listed variant."""
+    return {entry.label: entry.name for entry in mixer_catalogue()}
+
+
 def build_stage1_mixer(label: str, channels: int = 64) -> torch.nn.Module:
-    import afno_seg.mixers  # noqa: F401  (registers the mixers)
-    from afno_seg.registry import MMSEG_MODELS
-    return MMSEG_MODELS.build(dict(STAGE1_MIXERS[label], embed_dims=channels)).eval()
+    """Mixer ``label`` (a display label or catalogue name) as B3's stage 1 builds it."""
+    entry = next(e for e in mixer_catalogue(include_unlisted=True) if label in (e.label, e.name))
+    args = stage_arguments(channels, num_heads=1, sr_ratio=8, base_hw_shape=stage_grids(1024)[0])
+    return build_mixer(entry.config, **args).eval()
 
 
 def mixer_sweep(sizes: Sequence[int] = DEFAULT_SIZES, channels: int = 64,
@@ -46,7 +44,7 @@ def mixer_sweep(sizes: Sequence[int] = DEFAULT_SIZES, channels: int = 64,
         'real', 'stand-in', or None for mixers without attention).
     """
     records = []
-    for label in labels or STAGE1_MIXERS:
+    for label in labels or stage1_labels():
         mixer = build_stage1_mixer(label, channels)
         for size in sizes:
             grid = (size, size)

@@ -16,7 +16,8 @@ Run ``python -m afno_seg.analysis.reconcile`` to print the table (Markdown).
 """
 import argparse
 
-from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
+from ..backbones.mixer_mit import ARCH_SETTINGS
+from ..mixers.catalogue import build_mixer, stage_arguments, stage_grids
 
 __all__ = ['PAPER', 'VARIANTS', 'b3_mixer_gflops', 'stage_grids', 'variant_table']
 
@@ -40,31 +41,17 @@ VARIANTS = {
 }
 
 
-def stage_grids(image_hw: tuple[int, int], patch_sizes=(7, 3, 3, 3),
-                strides=(4, 2, 2, 2)) -> list[tuple[int, int]]:
-    """Token grid of each MiT stage: the patch-embedding conv arithmetic with padding k // 2."""
-    grids, grid = [], tuple(image_hw)
-    for kernel, stride in zip(patch_sizes, strides):
-        grid = tuple((n + 2 * (kernel // 2) - kernel) // stride + 1 for n in grid)
-        grids.append(grid)
-    return grids
-
-
 def b3_mixer_gflops(mixer_cfg: dict, arch: str = 'b3', image_hw=(1024, 1024),
                     fft_scale: float = 1.0, full_spectrum: bool = False,
                     unit: str = 'GFLOPs') -> dict[str, float]:
     """Analytic mixer cost of a MiT ``arch`` backbone, ``{'fft': .., 'rest': .., 'total': ..}``."""
-    import afno_seg.mixers  # noqa: F401  (registers the mixers)
-    from afno_seg.registry import MMSEG_MODELS
     sizes = ARCH_SETTINGS[arch]
     totals = {'fft': 0.0, 'rest': 0.0}
     for grid, layers, heads in zip(stage_grids(image_hw), sizes['num_layers'],
                                    sizes['num_heads']):
         channels = sizes['embed_dims'] * heads
-        cfg = dict(mixer_cfg, embed_dims=channels)
-        if cfg['type'] == 'GlobalFilterMixer':
-            cfg['base_hw_shape'] = grid
-        terms = MMSEG_MODELS.build(cfg).flops(grid)
+        terms = build_mixer(mixer_cfg, **stage_arguments(channels, heads, base_hw_shape=grid)
+                            ).flops(grid)
         # Half spectrum H x (W//2+1) -> full H x W for the per-mode terms.
         mode_scale = grid[1] / (grid[1] // 2 + 1) if full_spectrum else 1.0
         for name, value in terms.items():

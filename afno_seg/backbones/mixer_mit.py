@@ -12,26 +12,24 @@ The module tree and parameter names are those of mmseg's ``MixVisionTransformer`
 :mod:`afno_seg.backbones.mit_checkpoint`.
 """
 import copy
-import inspect
 import math
 from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.drop import build_dropout
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_init
 from mmseg.models.backbones.mit import MixFFN
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
 
-from ..mixers.base import TokenMixer
-from ..registry import MMSEG_MODELS, register_model
+from ..mixers.catalogue import build_mixer, stage_arguments, stage_grids
+from ..registry import register_model
+from .encoder_layer import MixerLayer, init_mixer_weights
 from .mit_checkpoint import load_pretrained_mit
 
-__all__ = ['MixerMiT', 'MixerEncoderLayer', 'build_mixer']
+__all__ = ['ARCH_SETTINGS', 'MixerEncoderLayer', 'MixerMiT']
 
 # SegFormer's B0-B5 (Table 6 of the paper); all share patch sizes, strides and reductions.
 ARCH_SETTINGS = {
@@ -46,77 +44,21 @@ ARCH_SETTINGS = {
 DEFAULT_SIZES = dict(embed_dims=64, num_layers=[3, 4, 6, 3], num_heads=[1, 2, 4, 8])
 
 
-def registered_mixers() -> list[str]:
-    """Names of the TokenMixer subclasses registered in mmseg's MODELS."""
-    return sorted(name for name, cls in MMSEG_MODELS.module_dict.items()
-                  if isinstance(cls, type) and issubclass(cls, TokenMixer))
-
-
-def build_mixer(cfg: dict, **stage_args) -> nn.Module:
-    """Build a mixer from ``cfg``, filling each of ``stage_args`` (``embed_dims``, ``num_heads``,
-    ``sr_ratio``, ``base_hw_shape``, ...) only where the mixer's constructor has that parameter
-    and ``cfg`` does not set it. ``embed_dims`` is the stage width and may not disagree."""
-    if not isinstance(cfg, dict) or 'type' not in cfg:
-        raise TypeError(f'a mixer config must be a dict with a "type" key, got {cfg!r}')
-    cfg = copy.deepcopy(dict(cfg))
-    mixer_type = cfg['type']
-    mixer_cls = mixer_type if inspect.isclass(mixer_type) else MMSEG_MODELS.get(mixer_type)
-    if mixer_cls is None or not issubclass(mixer_cls, TokenMixer):
-        problem = 'unknown mixer type' if mixer_cls is None else 'not a TokenMixer:'
-        raise KeyError(f'{problem} {mixer_type!r}; registered mixers: '
-                       f'{", ".join(registered_mixers()) or "none (is afno_seg.mixers imported?)"}')
-    if 'embed_dims' in cfg and cfg['embed_dims'] != stage_args['embed_dims']:
-        raise ValueError(f'mixer {mixer_type!r} sets embed_dims={cfg["embed_dims"]}, but its stage '
-                         f'is {stage_args["embed_dims"]} channels wide; leave embed_dims unset')
-    accepted = inspect.signature(mixer_cls).parameters
-    for name, value in stage_args.items():
-        if name in accepted and name not in cfg:
-            cfg[name] = value
-    return MMSEG_MODELS.build(cfg)
-
-
-class MixerEncoderLayer(BaseModule):
+class MixerEncoderLayer(MixerLayer):
     """Pre-norm encoder layer: ``x += DropPath(mixer(LN(x)))``; ``x += DropPath(MixFFN(LN(x)))``.
 
-    The mixer is stored as ``self.attn`` (not ``self.mixer``) for checkpoint compatibility: the keys
-    are then ``layers.{i}.1.{j}.attn.*`` exactly as in mmseg's MixVisionTransformer.
-
-    Args:
-        embed_dims (int): Channels C of the tokens.
-        mixer (nn.Module): Token mixer, ``forward(x (B, N, C), hw_shape) -> (B, N, C)``.
-        feedforward_channels (int): Hidden channels of the Mix-FFN.
-        drop_rate (float): Dropout in the Mix-FFN. Default: 0.
-        drop_path_rate (float): Stochastic-depth probability of both branches. Default: 0.
-        act_cfg (dict): Activation of the Mix-FFN. Default: dict(type='GELU').
-        norm_cfg (dict): Pre-norm layers. Default: dict(type='LN', eps=1e-6).
-        with_cp (bool): Recompute the layer in backward (gradient checkpointing). Default: False.
+    SegFormer's Mix-FFN (a 3x3 depth-wise convolution between the point-wise layers); the rest
+    is :class:`~afno_seg.backbones.encoder_layer.MixerLayer`, whose arguments it takes.
     """
 
-    def __init__(self, embed_dims: int, mixer: nn.Module, feedforward_channels: int,
-                 drop_rate: float = 0., drop_path_rate: float = 0., act_cfg: dict | None = None,
-                 norm_cfg: dict | None = None, with_cp: bool = False) -> None:
-        super().__init__()
-        norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
-        drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
-        self.drop_path = build_dropout(drop_path)
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = mixer
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+    def build_ffn(self, embed_dims: int, feedforward_channels: int, drop_rate: float,
+                  dropout_layer: dict, act_cfg: dict) -> nn.Module:
         # MixFFN adds the identity itself: ffn(y, hw, identity=x) == x + DropPath(mlp(y)).
-        self.ffn = MixFFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels,
-                          act_cfg=act_cfg or dict(type='GELU'), ffn_drop=drop_rate,
-                          dropout_layer=drop_path)
-        self.with_cp = with_cp
+        return MixFFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels,
+                      act_cfg=act_cfg, ffn_drop=drop_rate, dropout_layer=dropout_layer)
 
-    def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-
-        def _inner_forward(x: Tensor) -> Tensor:
-            x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
-            return self.ffn(self.norm2(x), hw_shape, identity=x)
-
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(_inner_forward, x, use_reentrant=False)
-        return _inner_forward(x)
+    def apply_ffn(self, y: Tensor, hw_shape: tuple[int, int], identity: Tensor) -> Tensor:
+        return self.ffn(y, hw_shape, identity=identity)
 
 
 @register_model
@@ -203,19 +145,14 @@ class MixerMiT(BaseModule):
             raise ValueError(f'mixers must be one dict or a list of num_stages={num_stages} dicts')
         self.num_stages, self.out_indices, self.with_cp = num_stages, tuple(out_indices), with_cp
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
-        base_hw = tuple((base_img_size, ) * 2 if isinstance(base_img_size, int) else base_img_size)
+        base_grids = stage_grids(base_img_size, patch_sizes, strides)
 
         dpr = torch.linspace(0, drop_path_rate, sum(self.num_layers)).tolist()
         self.layers, cur = ModuleList(), 0
         for i, num_layer in enumerate(self.num_layers):
             width = self.embed_dims * self.num_heads[i]
-            # Output grid of a conv with padding k // 2: floor((n + 2 (k // 2) - k) / s) + 1.
-            base_hw = tuple((n + 2 * (patch_sizes[i] // 2) - patch_sizes[i]) // strides[i] + 1
-                            for n in base_hw)
-            stage_args = dict(embed_dims=width, num_heads=self.num_heads[i],
-                              sr_ratio=sr_ratios[i], qkv_bias=qkv_bias,
-                              attn_drop_rate=attn_drop_rate, proj_drop_rate=drop_rate,
-                              norm_cfg=norm_cfg, base_hw_shape=base_hw)
+            stage_args = stage_arguments(width, self.num_heads[i], sr_ratios[i], base_grids[i],
+                                         qkv_bias, attn_drop_rate, drop_rate, norm_cfg)
             patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=width,
                                      kernel_size=patch_sizes[i], stride=strides[i],
                                      padding=patch_sizes[i] // 2, norm_cfg=norm_cfg)
@@ -259,12 +196,7 @@ class MixerMiT(BaseModule):
             elif isinstance(m, nn.Conv2d):
                 fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
                 normal_init(m, mean=0, std=math.sqrt(2.0 / fan_out), bias=0)
-        for _, layers, _ in self.layers:
-            for layer in layers:
-                mixer = layer.attn
-                if isinstance(mixer, BaseModule) and (
-                        mixer.init_cfg or type(mixer).init_weights is not BaseModule.init_weights):
-                    mixer.init_weights()
+        init_mixer_weights(layer for _, layers, _ in self.layers for layer in layers)
         if self.init_cfg:
             load_pretrained_mit(self, self.init_cfg['checkpoint'],
                                 prefix=self.init_cfg.get('prefix'))

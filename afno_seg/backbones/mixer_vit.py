@@ -24,13 +24,12 @@ GFNet does. Cost per layer: the mixer's ``flops`` plus ``2 * 2 * mlp_ratio * C^2
 """
 import copy
 import math
+import warnings
 from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.drop import build_dropout
 from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import constant_init, kaiming_init, trunc_normal_
@@ -38,9 +37,10 @@ from mmpretrain.models.utils import resize_pos_embed
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
 
+from ..mixers.catalogue import build_mixer, stage_arguments
 from ..registry import register_model
+from .encoder_layer import MixerLayer, init_mixer_weights
 from .mit_checkpoint import read_checkpoint
-from .mixer_mit import build_mixer
 
 __all__ = ['MixerViT', 'MixerViTLayer', 'VIT_ARCH_SETTINGS']
 
@@ -53,46 +53,21 @@ VIT_ARCH_SETTINGS = {
 }
 
 
-class MixerViTLayer(BaseModule):
+class MixerViTLayer(MixerLayer):
     """``x += DropPath(mixer(LN(x), hw))``; ``x += DropPath(MLP(LN(x)))``, the MLP point-wise.
 
-    Args:
-        embed_dims (int): Channels C.
-        mixer (nn.Module): Token mixer, ``forward(x (B, N, C), hw_shape) -> (B, N, C)``; stored as
-            ``attn`` like :class:`~afno_seg.backbones.MixerEncoderLayer`.
-        feedforward_channels (int): Hidden width of the MLP.
-        drop_rate (float): Dropout inside the MLP. Default: 0.
-        drop_path_rate (float): Stochastic-depth probability of both branches. Default: 0.
-        act_cfg (dict): MLP activation. Default: dict(type='GELU').
-        norm_cfg (dict): Pre-norms. Default: dict(type='LN', eps=1e-6).
-        with_cp (bool): Recompute the layer in backward. Default: False.
+    Takes :class:`~afno_seg.backbones.encoder_layer.MixerLayer`'s arguments.
     """
 
-    def __init__(self, embed_dims: int, mixer: nn.Module, feedforward_channels: int,
-                 drop_rate: float = 0., drop_path_rate: float = 0., act_cfg: dict | None = None,
-                 norm_cfg: dict | None = None, with_cp: bool = False) -> None:
-        super().__init__()
-        norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
-        drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = mixer
-        self.drop_path = build_dropout(drop_path)
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+    def build_ffn(self, embed_dims: int, feedforward_channels: int, drop_rate: float,
+                  dropout_layer: dict, act_cfg: dict) -> nn.Module:
         # FFN adds the identity itself: ffn(y, identity=x) == x + DropPath(W2 act(W1 y)).
-        self.ffn = FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels,
-                       num_fcs=2, ffn_drop=drop_rate, dropout_layer=drop_path,
-                       act_cfg=act_cfg or dict(type='GELU'), add_identity=True)
-        self.with_cp = with_cp
+        return FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
+                   ffn_drop=drop_rate, dropout_layer=dropout_layer, act_cfg=act_cfg,
+                   add_identity=True)
 
-    def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-
-        def _inner_forward(x: Tensor) -> Tensor:
-            x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
-            return self.ffn(self.norm2(x), identity=x)
-
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(_inner_forward, x, use_reentrant=False)
-        return _inner_forward(x)
+    def apply_ffn(self, y: Tensor, hw_shape: tuple[int, int], identity: Tensor) -> Tensor:
+        return self.ffn(y, identity=identity)
 
 
 @register_model
@@ -102,10 +77,12 @@ class MixerViT(BaseModule):
     Args:
         arch (str | dict): 'ti', 's' or 'b' (:data:`VIT_ARCH_SETTINGS`), or a dict with
             ``embed_dims``, ``num_layers`` and ``num_heads``. Default: 's'.
-        mixer (dict): Mixer config, built like MixerMiT's with ``embed_dims``, ``num_heads``,
-            ``sr_ratio=1``, ``qkv_bias``, ``attn_drop_rate``, ``proj_drop_rate`` (= ``drop_rate``),
-            ``norm_cfg`` and ``base_hw_shape`` (the patch grid of ``img_size``) filled in where the
-            constructor takes them. Default: dict(type='AFNOMixer').
+        mixers (dict | Sequence[dict]): Mixer config for every layer, or one per layer, built like
+            MixerMiT's (:func:`~afno_seg.mixers.build_mixer`) with ``embed_dims``,
+            ``num_heads``, ``sr_ratio=1``, ``qkv_bias``, ``attn_drop_rate``, ``proj_drop_rate``
+            (= ``drop_rate``), ``norm_cfg`` and ``base_hw_shape`` (the patch grid of
+            ``img_size``) filled in where the constructor takes them.
+            Default: dict(type='AFNOMixer').
         img_size (int | tuple[int, int]): Image size whose patch grid sizes the position embedding
             and grid-bound mixers (GFN); other sizes resize both. Default: 224.
         patch_size (int): Patch (and stride) of the embedding convolution. Default: 16.
@@ -129,14 +106,21 @@ class MixerViT(BaseModule):
     Returns (forward): tuple of ``(B, C, H, W)`` maps, one per ``out_indices``.
     """
 
-    def __init__(self, arch: str | dict = 's', mixer: dict | None = None,
+    def __init__(self, arch: str | dict = 's', mixers: dict | Sequence[dict] | None = None,
                  img_size: int | Sequence[int] = 224, patch_size: int = 16, in_channels: int = 3,
                  mlp_ratio: int = 4, out_indices: Sequence[int] = (-1, ), qkv_bias: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  with_pos_embed: bool = True, final_norm: bool = True,
                  act_cfg: dict | None = None, norm_cfg: dict | None = None,
-                 with_cp: bool = False, init_cfg: dict | None = None) -> None:
+                 with_cp: bool = False, init_cfg: dict | None = None,
+                 mixer: dict | None = None) -> None:
         super().__init__(init_cfg=init_cfg)
+        if mixer is not None:
+            if mixers is not None:
+                raise ValueError('give mixers (or the deprecated mixer), not both')
+            warnings.warn('MixerViT(mixer=...) is deprecated; write mixers=... as for MixerMiT',
+                          DeprecationWarning, stacklevel=2)
+            mixers = mixer
         if isinstance(arch, str):
             if arch not in VIT_ARCH_SETTINGS:
                 raise ValueError(f'unknown arch {arch!r}; choose one of '
@@ -155,7 +139,13 @@ class MixerViT(BaseModule):
             raise ValueError(f'out_indices {tuple(out_indices)} must lie in '
                              f'[-{self.num_layers}, {self.num_layers})')
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
-        mixer = copy.deepcopy(mixer) if mixer is not None else dict(type='AFNOMixer')
+        mixers = copy.deepcopy(mixers) if mixers is not None else dict(type='AFNOMixer')
+        if isinstance(mixers, dict):
+            mixers = [mixers] * self.num_layers
+        if isinstance(mixers, str) or not isinstance(mixers, Sequence) or \
+                len(mixers) != self.num_layers:
+            raise ValueError(f'mixers must be one dict or a list of num_layers={self.num_layers} '
+                             'dicts')
         self.final_norm, self.with_cp = final_norm, with_cp
 
         self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=self.embed_dims,
@@ -165,13 +155,11 @@ class MixerViT(BaseModule):
             torch.zeros(1, self.base_hw_shape[0] * self.base_hw_shape[1], self.embed_dims)
         ) if with_pos_embed else None
         self.drop_after_pos = nn.Dropout(p=drop_rate)
-        mixer_args = dict(embed_dims=self.embed_dims, num_heads=arch['num_heads'], sr_ratio=1,
-                          qkv_bias=qkv_bias, attn_drop_rate=attn_drop_rate,
-                          proj_drop_rate=drop_rate, norm_cfg=norm_cfg,
-                          base_hw_shape=self.base_hw_shape)
+        mixer_args = stage_arguments(self.embed_dims, arch['num_heads'], 1, self.base_hw_shape,
+                                     qkv_bias, attn_drop_rate, drop_rate, norm_cfg)
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         self.layers = ModuleList([
-            MixerViTLayer(self.embed_dims, build_mixer(mixer, **mixer_args),
+            MixerViTLayer(self.embed_dims, build_mixer(mixers[i], **mixer_args),
                           feedforward_channels=mlp_ratio * self.embed_dims, drop_rate=drop_rate,
                           drop_path_rate=dpr[i], act_cfg=act_cfg, norm_cfg=norm_cfg,
                           with_cp=with_cp) for i in range(self.num_layers)
@@ -194,11 +182,7 @@ class MixerViT(BaseModule):
         kaiming_init(self.patch_embed.projection, mode='fan_in', nonlinearity='linear')
         if self.pos_embed is not None:
             trunc_normal_(self.pos_embed, std=.02)
-        for layer in self.layers:
-            mixer = layer.attn
-            if isinstance(mixer, BaseModule) and (
-                    mixer.init_cfg or type(mixer).init_weights is not BaseModule.init_weights):
-                mixer.init_weights()
+        init_mixer_weights(self.layers)
         init_cfg = self.init_cfg or {}
         if init_cfg.get('type') == 'Pretrained':
             self.load_pretrained(init_cfg['checkpoint'], prefix=init_cfg.get('prefix'))

@@ -10,9 +10,16 @@ from torch import Tensor, nn
 
 from ..registry import register_model
 from .afno_fused import FusedAFNO, block_matrix, complex_bias
-from .base import TokenMixer
-from .spectral import (SpectralBand, grid_to_tokens, rfft2_flops, run_in_fp32, spectrum_to_grid,
-                       tokens_to_grid, tokens_to_spectrum)
+from .base import TokenMixer, Variant
+from .spectral import (
+    SpectralBand,
+    grid_to_tokens,
+    rfft2_flops,
+    run_in_fp32,
+    spectrum_to_grid,
+    tokens_to_grid,
+    tokens_to_spectrum,
+)
 
 __all__ = ['AFNOMixer']
 
@@ -48,10 +55,9 @@ class AFNOMixer(TokenMixer):
       between the FFTs and the GEMMs. The default (``fused``) path is one autograd function
       with a hand-written backward (:class:`~.afno_fused.FusedAFNO`): grid ``(C, B, H, W)``
       so that a block's modes of the whole batch are one matrix, no conjugated GEMM operands,
-      no spectrum-sized temporaries beyond the GEMM outputs. On the development CPU (1 thread,
-      B3 stage sizes) it ran 1.2-1.3x faster than the composed path and took 1.1-1.35x the
-      time of a bare FFT round trip plus one matmul of the same multiply-adds
-      (``BENCHMARKS.md``).
+      no spectrum-sized temporaries beyond the GEMM outputs. Its time against the composed
+      path and against its floor (a bare FFT round trip plus one matmul of the same
+      multiply-adds) is measured in ``BENCHMARKS.md``.
     * Numerics: spectral work in float32 with autocast off, result cast back to the input dtype.
 
     Shapes: ``x (B, H*W, C) -> (B, H*W, C)``; any ``H, W``. Parameters (the released layout, so
@@ -77,6 +83,26 @@ class AFNOMixer(TokenMixer):
             Default: True.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {
+        'afno': Variant('AFNO-100%', dict(num_blocks=8, hidden_size_factor=1,
+                                          sparsity_threshold=0.01,
+                                          hard_thresholding_fraction=1.0)),
+        'afno25': Variant('AFNO-25%', dict(num_blocks=8, hidden_size_factor=1,
+                                           sparsity_threshold=0.01,
+                                           hard_thresholding_fraction=0.25)),
+        'afno-composed': Variant('AFNO-100% (composed reference)',
+                                 dict(num_blocks=8, fused=False), listed=False),
+    }
+    example_args = dict(num_blocks=4)
+    extra_examples = {
+        'truncated-magnitude': dict(num_blocks=4, hard_thresholding_fraction=0.5,
+                                    shrink='magnitude', hidden_size_factor=2),
+        'quarter-hidden2': dict(num_blocks=2, hidden_size_factor=2,
+                                hard_thresholding_fraction=0.25),
+    }
+    spectral = True
+    flop_terms = ('fft', 'mlp')
 
     def __init__(self, embed_dims: int, num_blocks: int = 8, hidden_size_factor: int = 1,
                  sparsity_threshold: float = 0.01, hard_thresholding_fraction: float = 1.0,
@@ -149,7 +175,9 @@ class AFNOMixer(TokenMixer):
         magnitude = out.abs()
         # max(|z| - lambda, 0) / |z|; the clamp only guards 0/0 at z == 0 (then the factor is 0).
         gain = F.relu(magnitude - self.sparsity_threshold) / magnitude.clamp_min(1e-30)
-        return out * gain
+        # On the real view: the shrink is element-wise work, uncounted like the split one, while
+        # a complex x real product would be counted as spectral arithmetic by the FLOP tracer.
+        return torch.view_as_complex(torch.view_as_real(out) * gain.unsqueeze(-1))
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'mlp': two complex block-diagonal layers on kept modes}``."""

@@ -79,8 +79,8 @@ class FusedAFNO(torch.autograd.Function):
         blocks = w1.shape[1]
         modes = band.gather(torch.fft.rfft2(_tokens_to_channel_rows(x, hw_shape), norm='ortho'))
         tokens = modes.view(blocks, -1, modes[0].numel())  # (k, d, B*M)
-        # Contiguous matrices and the bias added after the GEMM: 1-6% faster per call than
-        # baddbmm's fill-then-accumulate at B3 stages 2-4 on the development CPU.
+        # Contiguous matrices and the bias added after the GEMM: measured faster than baddbmm's
+        # fill-then-accumulate at B3 stages 2-4 (BENCHMARKS.md).
         matrix1 = block_matrix(w1, x.dtype).contiguous()
         matrix2 = block_matrix(w2, x.dtype).contiguous()
         hidden = torch.bmm(matrix1, tokens).add_(complex_bias(b1))

@@ -12,7 +12,7 @@ from mmcv.cnn import build_norm_layer
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .base import TokenMixer
+from .base import TokenMixer, Variant
 
 __all__ = ['EfficientSelfAttentionMixer', 'FullSelfAttentionMixer']
 
@@ -61,6 +61,10 @@ class EfficientSelfAttentionMixer(TokenMixer):
             ``dict(type='LN', eps=1e-6)`` as in mmseg's MiT (whose checkpoints used eps 1e-6).
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {'esa': Variant('ESA (SegFormer)')}
+    example_args = dict(num_heads=2, sr_ratio=2)
+    flop_terms = ('qkv', 'attention', 'proj', 'reduction')  # 'reduction' when sr_ratio > 1
 
     def __init__(self,
                  embed_dims: int,
@@ -161,6 +165,10 @@ class FullSelfAttentionMixer(EfficientSelfAttentionMixer):
         proj_drop_rate (float): Dropout after the output projection. Default: 0.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {'sa': Variant('full self-attention')}
+    example_args = dict(num_heads=2)
+    flop_terms = ('qkv', 'attention', 'proj')
 
     def __init__(self,
                  embed_dims: int,

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .base import TokenMixer
+from .base import TokenMixer, Variant
 
 __all__ = ['AxialAttentionMixer']
 
@@ -54,6 +54,10 @@ class AxialAttentionMixer(TokenMixer):
         proj_drop_rate (float): Dropout after the output projection. Default: 0.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {'axial': Variant('axial attention')}
+    example_args = dict(num_heads=2)
+    flop_terms = ('qkv', 'attention', 'proj')
 
     def __init__(self,
                  embed_dims: int,

@@ -11,15 +11,15 @@ import torch
 from torch import Tensor
 
 from ..registry import register_model
-from .base import TokenMixer
+from .base import TokenMixer, Variant
 from .spectral import fft_flops, grid_to_tokens, run_in_fp32, tokens_to_grid
 
 __all__ = ['FNetMixer']
 
 TRANSFORMS = ('fourier', 'hartley')
 # dft_matmul='auto' takes the matmul path while max(H, W) <= this, per device type. Only measured
-# entries belong here: on the development CPU the FFT was faster at every size (class docstring),
-# and devices without a measurement use the FFT.
+# entries belong here: on the CPUs measured the FFT was faster at every size (BENCHMARKS.md), and
+# devices without a measurement use the FFT.
 AUTO_MATMUL_MAX_SIZE = {'cpu': 0}
 
 
@@ -64,14 +64,11 @@ class FNetMixer(TokenMixer):
       devices where dense GEMMs beat an FFT's overheads on small grids (not the CPU, below).
 
     ``dft_matmul='auto'`` takes the matmul path only where it was measured faster, per device type
-    (``AUTO_MATMUL_MAX_SIZE``). On the development CPU (2 cores of a shared Xeon, torch 2.14 with
-    MKL; min over interleaved runs) the FFT was faster at EVERY size tried (C 16-320, grids 4x4 to
-    32x32, batch 2 and 16, forward and forward+backward), so 'auto' means FFT there. Forward, batch
-    2, matmul / FFT in ms: C=16: 4x4 0.054 / 0.039, 16x16 0.136 / 0.082; C=64: 4x4 0.066 / 0.049,
-    8x8 0.089 / 0.069, 16x16 0.22 / 0.11, 32x32 0.77 / 0.27; C=320: 8x8 2.1 / 0.22. One MKL FFT call
-    beats three GEMM launches even at 4x4, and the channel axis alone costs ``2C`` multiply-adds
-    per element by matmul against ``~2.5 log2(HWC)`` FLOPs for the whole FFT. A device that
-    measures otherwise gets an entry in the table (e.g. GPUs, unmeasured here).
+    (``AUTO_MATMUL_MAX_SIZE``). On the CPU the FFT was faster at every size tried (numbers in
+    ``BENCHMARKS.md``), so 'auto' means FFT there: one FFT call beats three GEMM launches even at
+    4x4, and the channel axis alone costs ``2C`` multiply-adds per element by matmul against
+    ``~2.5 log2(HWC)`` FLOPs for the whole FFT. A device that measures otherwise gets an entry in
+    the table (e.g. GPUs, unmeasured here).
 
     Numerics: float32 with autocast off, result cast back to the input dtype.
     :meth:`flops` reports the path that ``forward`` takes at that grid on the CPU. The FFT term
@@ -87,6 +84,12 @@ class FNetMixer(TokenMixer):
             by device and grid size from measurements. Default: ``'auto'``.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {'fnet': Variant('FNet')}
+    example_args = dict(dft_matmul=False)
+    extra_examples = {'matmul-hartley': dict(dft_matmul=True, transform='hartley')}
+    spectral = True
+    flop_terms = ('fft', 'dft_matmul')  # one of the two, by path
 
     def __init__(self, embed_dims: int, transform: str = 'fourier',
                  dft_matmul: bool | str = 'auto', init_cfg: dict | None = None) -> None:

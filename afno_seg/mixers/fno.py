@@ -8,9 +8,15 @@ import torch
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .base import TokenMixer
-from .spectral import (SpectralBand, grid_to_tokens, rfft2_flops, run_in_fp32, spectrum_to_grid,
-                       tokens_to_spectrum)
+from .base import TokenMixer, Variant
+from .spectral import (
+    SpectralBand,
+    grid_to_tokens,
+    rfft2_flops,
+    run_in_fp32,
+    spectrum_to_grid,
+    tokens_to_spectrum,
+)
 
 __all__ = ['FNOMixer']
 
@@ -43,6 +49,11 @@ class FNOMixer(TokenMixer):
             Default: (16, 16).
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {'fno': Variant('FNO (16x16 modes)', dict(modes=(16, 16)))}
+    example_args = dict(modes=(3, 4))
+    spectral = True
+    flop_terms = ('fft', 'spectral_weights')
 
     def __init__(self, embed_dims: int, modes: tuple[int, int] = (16, 16),
                  init_cfg: dict | None = None) -> None:

@@ -9,10 +9,18 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from ..registry import register_model
-from .base import TokenMixer
-from .spectral import (grid_to_tokens, hermitian_column_weight, irfft2_to_tokens,
-                       rfft2_flops, rfft2_of_tokens, run_in_fp32, signed_frequencies,
-                       spectrum_to_grid, tokens_to_spectrum)
+from .base import TokenMixer, Variant
+from .spectral import (
+    grid_to_tokens,
+    hermitian_column_weight,
+    irfft2_to_tokens,
+    rfft2_flops,
+    rfft2_of_tokens,
+    run_in_fp32,
+    signed_frequencies,
+    spectrum_to_grid,
+    tokens_to_spectrum,
+)
 
 __all__ = ['GlobalFilterMixer', 'resample_filter']
 
@@ -96,6 +104,17 @@ class GlobalFilterMixer(TokenMixer):
         fused (bool): One autograd function with a hand-written backward. Default: True.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+
+    variants = {
+        'gfn': Variant('GFN'),
+        'gfn-composed': Variant('GFN (composed reference)', dict(fused=False), listed=False),
+    }
+    # Stored at 8 x 8: the suites' other grids (non-square, odd) run through the resampling.
+    example_args = dict(base_hw_shape=(8, 8))
+    extra_examples = {'base-grid-6x10': dict(base_hw_shape=(6, 10))}
+    spectral = True
+    stores_grid = True
+    flop_terms = ('fft', 'filter')
 
     def __init__(self, embed_dims: int, base_hw_shape: tuple[int, int] = (64, 64),
                  fused: bool = True, init_cfg: dict | None = None) -> None:

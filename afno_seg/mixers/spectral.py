@@ -9,16 +9,15 @@
   (:func:`tokens_to_spectrum`), and :func:`spectrum_to_grid` returns contiguous channels-last
   grids. Both layout changes are :func:`transposed_copy`: one 2-D transpose per image, which
   torch copies in cache-sized tiles. Left to itself, torch's FFT copies channels-last input
-  with its general strided copy, 2.5 to 4.5 times slower on grids larger than the cache (the
-  development CPU at 128x128 and 256x256 grids), the largest single cost of a spectral mixer
-  there.
+  with its general strided copy, several times slower on grids larger than the cache, the
+  largest single cost of a spectral mixer there (``BENCHMARKS.md``).
 * **Cheap gradients.** The two transforms are each other's adjoint up to a per-column weight:
   for ``Z = rfft2(X)`` the gradient is ``irfft2(w * dZ)`` and for ``Y = irfft2(Z)`` it is
   ``rfft2(dY) / w``, with ``w = 1`` on column 0 (and the Nyquist column when ``W`` is even) and
   ``1/2`` on the others (each stands for two conjugate modes) (:func:`hermitian_column_weight`).
   :func:`tokens_to_spectrum` and :func:`spectrum_to_grid` use exactly that as their backward.
   torch's own backward of ``rfft2`` zero-pads the spectrum to the full grid and runs a complex
-  FFT of it (plus copies): on the development CPU it cost 3 to 6 times the forward transform.
+  FFT of it (plus copies), several times the cost of the forward transform.
 * **Low-frequency bands** (:class:`SpectralBand`) for the hard truncation of AFNO and the kept
   modes of FNO, both on the last two axes ``(H, W//2+1)`` of an ``rfft2`` spectrum. Column ``j``
   of the half axis has frequency ``j``; row ``i`` of the full axis has the signed frequency

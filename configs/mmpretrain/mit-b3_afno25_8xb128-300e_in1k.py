@@ -1,11 +1,7 @@
 # ImageNet-1K pretraining of the SegFormer-B3 encoder with AFNO-25% (lowest 25% of the modes along
 # both grid axes); fine-tunes configs/segformer_afno25_b3_cityscapes.py.
-_base_ = ['./_base_/models/mixer-mit-b3.py', './_base_/imagenet_deit-recipe.py']
-model = dict(
-    backbone=dict(
-        mixers=dict(
-            type='AFNOMixer',
-            num_blocks=8,
-            hidden_size_factor=1,
-            sparsity_threshold=0.01,
-            hard_thresholding_fraction=0.25)))
+_base_ = [
+    './_base_/models/mixer-mit-b3.py', './_base_/imagenet_deit-recipe.py',
+    '../_base_/mixers/afno25.py'
+]
+model = dict(backbone=dict(mixers={{_base_.afno25_mixer}}))

@@ -38,13 +38,16 @@ import time
 
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-for path in (ROOT, osp.dirname(osp.abspath(__file__))):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from afno_seg.analysis.benchmarking import (
+    environment,
+    error_text,
+    load_average,
+    parse_run_arguments,
+    prepare_run,
+    write_csv,
+)
 
-from benchmark_mixers import (environment, error_text, load_average,  # noqa: E402
-                              parse_run_arguments, prepare_run, write_csv)
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 FIELDS = ['config', 'mixers', 'device', 'amp', 'crop', 'batch', 'params_m', 'status', 'train_s',
           'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
@@ -282,7 +285,6 @@ def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[
     os.makedirs(args.out, exist_ok=True)
     stem = osp.join(args.out, f'models_{args.device}{args.tag}')
     write_csv(stem + '.csv', rows, FIELDS)
-    reference = 'segformer_esa_b3_cityscapes.py'
     lines = [f'# SegFormer segmentors: training step and inference, {args.device}', '',
              f'Command: `{args.command}`', '',
              f'Environment: {environment(args.device)}; torch threads {torch.get_num_threads()}; '

@@ -18,11 +18,11 @@ B3 at 1024 x 1024 on two CPU cores). Attention runs through a shape-only stand-i
 minutes); ``--real-attention`` runs the real kernels.
 """
 import argparse
-import time
 from pathlib import Path
 
-from mmengine import Config, DictAction
-from mmengine.registry import init_default_scope
+from mmengine import DictAction
+
+from afno_seg.analysis.config_cost import analyze_config, build_segmentor, image_shape
 
 __all__ = ['analyze_config', 'build_segmentor', 'main', 'parse_args']
 
@@ -40,42 +40,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--real-attention', action='store_true',
                         help='run the real attention kernels while tracing (same count, slower)')
     return parser.parse_args(argv)
-
-
-def image_shape(shape: list[int]) -> tuple[int, int]:
-    if len(shape) == 1:
-        return shape[0], shape[0]
-    if len(shape) == 2:
-        return shape[0], shape[1]
-    raise ValueError(f'--shape takes H W or one size, got {shape}')
-
-
-def build_segmentor(config: str, cfg_options: dict | None = None):
-    """Build the model of ``config`` (weights are not loaded) and return ``(model, cfg)``."""
-    import afno_seg  # noqa: F401  (registers the backbone and mixers)
-    from mmseg.registry import MODELS
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmseg'))
-    model = MODELS.build(cfg.model)
-    if getattr(model, 'auxiliary_head', None) is not None:
-        model.auxiliary_head = None  # training-only, as mmseg's get_flops
-    return model, cfg
-
-
-def analyze_config(config: str, shape: tuple[int, int], cfg_options: dict | None = None,
-                   device: str = 'cpu', real_attention: bool = False) -> dict:
-    """Build ``config`` and return :func:`afno_seg.analysis.breakdown.analyze_segmentor`'s result
-    with ``config``, ``cfg_options`` and ``trace_seconds`` added."""
-    from afno_seg.analysis.breakdown import analyze_segmentor
-    model, _ = build_segmentor(config, cfg_options)
-    start = time.perf_counter()
-    result = analyze_segmentor(model, shape, attention_stand_in=not real_attention,
-                               device=device)
-    result.update(config=str(config), cfg_options=cfg_options or {},
-                  trace_seconds=round(time.perf_counter() - start, 1))
-    return result
 
 
 def main(argv=None) -> dict:

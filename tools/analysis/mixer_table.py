@@ -17,31 +17,23 @@ Examples::
         --out docs/generated/mixer_complexity
 """
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 from mmengine import DictAction
 
+from afno_seg.analysis.config_cost import analyze_config, image_shape
+from afno_seg.mixers import mixer_variants
+
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIGS = ['esa', 'sa', 'axial', 'afno', 'afno25', 'gfn', 'fnet', 'afno-esa-hybrid']
-
-
-def _get_flops_module():
-    """tools/analysis/get_flops.py, imported by path (tools are scripts, not a package)."""
-    path = Path(__file__).with_name('get_flops.py')
-    spec = importlib.util.spec_from_file_location('afno_seg_get_flops', path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def default_configs() -> list[str]:
-    """The B3 Cityscapes configs: the known ones in a fixed order, then any others."""
+    """The B3 Cityscapes configs: one per catalogue variant in the catalogue's order, then the
+    others (hybrids) by name."""
     found = sorted(ROOT.glob('configs/segformer_*_b3_cityscapes.py'))
-    order = {f'segformer_{name}_b3_cityscapes': i for i, name in enumerate(DEFAULT_CONFIGS)}
-    return [str(p) for p in sorted(found, key=lambda p: (order.get(p.stem, 99), p.stem))]
+    order = {f'segformer_{name}_b3_cityscapes': i for i, name in enumerate(mixer_variants())}
+    return [str(p) for p in sorted(found, key=lambda p: (order.get(p.stem, len(order)), p.stem))]
 
 
 def mixer_label(result: dict) -> str:
@@ -101,13 +93,12 @@ def run_sweep(args) -> tuple[dict, str]:
 
 
 def run_configs(args) -> tuple[dict, str]:
-    get_flops = _get_flops_module()
-    shape = get_flops.image_shape(args.shape)
+    shape = image_shape(args.shape)
     results = []
     for config in args.configs or default_configs():
         print(f'tracing {config} at {shape[0]}x{shape[1]} ...', file=sys.stderr, flush=True)
-        results.append(get_flops.analyze_config(config, shape, args.cfg_options, args.device,
-                                                args.real_attention))
+        results.append(analyze_config(config, shape, args.cfg_options, args.device,
+                                      args.real_attention))
     options = ' '.join(f'{k}={v}' for k, v in (args.cfg_options or {}).items())
     title = f'B3 Cityscapes configs at {shape[0]}x{shape[1]}, batch 1' + (
         f', {options}' if options else '')

@@ -7,7 +7,7 @@ model = dict(
     backbone=dict(
         type='MixerViT',
         arch='s',  # embed 384, 12 layers (num_heads 6 reaches attention mixers only)
-        mixer=dict(type='AFNOMixer'),
+        mixers=dict(type='AFNOMixer'),
         img_size=224,
         patch_size=16,
         mlp_ratio=4,

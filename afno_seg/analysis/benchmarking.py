@@ -1,0 +1,204 @@
+"""What both benchmark scripts share: timing candidates in interleaved rounds, memory of one
+call, paired ratios, scaling fits, the environment line and the command-line options.
+
+Used by ``tools/analysis/benchmark_mixers.py`` (through :mod:`.mixer_benchmark`) and
+``tools/analysis/benchmark_model.py``. Results are written as files with the command line; no
+speed target is asserted anywhere (machines are shared and noisy: ratios of candidates run side
+by side are what the reports give).
+"""
+import argparse
+import csv
+import math
+import os
+import os.path as osp
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ['DTYPES', 'Candidate', 'autocast_factory', 'environment', 'error_text',
+           'fit_exponent', 'load_average', 'measure_memory', 'paired_ratio', 'parse_run_arguments',
+           'predict', 'prepare_run', 'time_interleaved', 'write_csv']
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+DTYPES = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+@dataclass
+class Candidate:
+    """One fwd+bwd workload: ``forward()`` builds the graph, ``inputs`` get gradients."""
+    name: str
+    forward: Callable[[], torch.Tensor]
+    inputs: list
+    grad_out: torch.Tensor
+    gflop: float = float('nan')  # analytic forward GFLOPs of the batch (mixers only)
+    autocast: object = field(default_factory=nullcontext)
+
+    def step(self) -> None:
+        with self.autocast:
+            out = self.forward()
+        torch.autograd.grad(out, self.inputs, self.grad_out.to(out.dtype))
+
+
+def autocast_factory(device: str, dtype_name: str):
+    dtype = DTYPES[dtype_name]
+    if dtype is None:
+        return nullcontext
+    return lambda: torch.autocast(device_type=device, dtype=dtype)
+
+
+def _synchronizer(device: str) -> Callable[[], None]:
+    return torch.cuda.synchronize if device == 'cuda' else (lambda: None)
+
+
+def time_interleaved(candidates: list[Candidate], repeats: int, warmup: int,
+                     device: str) -> dict[str, list[float]]:
+    """Seconds per fwd+bwd call: ``warmup`` untimed rounds, then ``repeats`` timed rounds, each
+    running every candidate once (order reversed every other round)."""
+    sync = _synchronizer(device)
+    for _ in range(warmup):
+        for candidate in candidates:
+            candidate.step()
+    times = {c.name: [] for c in candidates}
+    for round_index in range(repeats):
+        ordered = candidates if round_index % 2 == 0 else candidates[::-1]
+        for candidate in ordered:
+            sync()
+            start = time.perf_counter()
+            candidate.step()
+            sync()
+            times[candidate.name].append(time.perf_counter() - start)
+    return times
+
+
+def measure_memory(candidate: Candidate, device: str) -> tuple[float, float]:
+    """``(peak, held)`` bytes of one fwd+bwd call beyond what existed before it (see docstring)."""
+    if device == 'cuda':
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with candidate.autocast:
+            out = candidate.forward()
+        held = torch.cuda.memory_allocated() - base
+        torch.autograd.grad(out, candidate.inputs, candidate.grad_out.to(out.dtype))
+        del out
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, held
+    from torch.profiler import ProfilerActivity, profile, record_function
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with candidate.autocast:
+            out = candidate.forward()
+        with record_function('##backward##'):
+            torch.autograd.grad(out, candidate.inputs, candidate.grad_out.to(out.dtype))
+        del out
+    events = sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns())
+    backward_start = min((e.start_ns() for e in events if e.name() == '##backward##'),
+                         default=float('inf'))
+    current = peak = held = 0
+    for event in events:
+        if event.name() != '[memory]' or event.device_type() != torch.autograd.DeviceType.CPU:
+            continue
+        if event.start_ns() < backward_start:
+            held = current + event.nbytes()
+        current += event.nbytes()
+        peak = max(peak, current)
+    return float(peak), float(held)
+
+
+def fit_exponent(tokens: list[float], seconds: list[float]) -> float:
+    """Least-squares slope of log(seconds) against log(tokens)."""
+    if len(tokens) < 2:
+        return float('nan')
+    xs, ys = [math.log(t) for t in tokens], [math.log(s) for s in seconds]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    return (sum((a - mean_x) * (b - mean_y) for a, b in zip(xs, ys))
+            / sum((a - mean_x) ** 2 for a in xs))
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float, float]:
+    """Median, min, max of the per-round ratios (rounds are paired in time)."""
+    ratios = [a / b for a, b in zip(numerator, denominator)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def predict(history: list[tuple[int, float]], tokens: int, first_slope: float = 1.2) -> float:
+    """Extrapolate a quantity measured at fewer tokens: the local log-log slope of the last two
+    points (clamped to [1, 2.5]); with one point, ``first_slope`` (e.g. the analytic FLOP
+    exponent of the mixer)."""
+    if not history:
+        return 0.0
+    (n1, v1) = history[-1]
+    if len(history) >= 2 and history[-2][1] > 0 and v1 > 0:
+        n0, v0 = history[-2]
+        slope = max(1.0, min(2.5, math.log(v1 / v0) / math.log(n1 / n0)))
+    else:
+        slope = first_slope
+    return v1 * (tokens / n1) ** slope
+
+
+def error_text(error: Exception) -> str:
+    return f'error: {type(error).__name__}: {str(error).splitlines()[0][:160]}'
+
+
+def environment(device: str) -> str:
+    if device == 'cuda':
+        name = torch.cuda.get_device_name()
+        return f'{name}, torch {torch.__version__}, CUDA {torch.version.cuda}'
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo') as f:
+            cpu = next(line.split(':', 1)[1].strip() for line in f if 'model name' in line)
+    except (OSError, StopIteration):
+        pass
+    return f'{cpu} ({os.cpu_count()} logical CPUs), torch {torch.__version__}'
+
+
+def write_csv(path: str, rows: list[dict], fields: list[str]) -> None:
+    """``rows`` as CSV with columns ``fields`` (others dropped), floats to 4 significant digits."""
+    with open(path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f'{v:.4g}' if isinstance(v, float) else v)
+                             for k, v in row.items() if k in fields})
+
+
+def load_average() -> str:
+    try:
+        return '/'.join(f'{v:.2f}' for v in os.getloadavg())
+    except OSError:
+        return 'n/a'
+
+
+def parse_run_arguments(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Add what both benchmark scripts take (threads, CPU memory, output), parse, and record the
+    command line as ``args.command``."""
+    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
+                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
+                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
+                        "tensor")
+    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
+    parser.add_argument('--tag', default='', help='suffix of the output file names')
+    args = parser.parse_args(argv)
+    args.command = ' '.join(['python', osp.relpath(osp.abspath(sys.argv[0]), ROOT)] +
+                            list(sys.argv[1:] if argv is None else argv))
+    return args
+
+
+def prepare_run(args: argparse.Namespace) -> bool:
+    """Check the device, set the threads and the CPU memory mode (``args.cpu_memory`` then says
+    what is in effect). False, with a message, when CUDA is asked for and absent."""
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        print('error: --device cuda but no CUDA device', file=sys.stderr)
+        return False
+    torch.set_num_threads(args.threads)
+    if args.device == 'cpu' and args.cpu_memory == 'cache':
+        from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
+        args.cpu_memory = 'cache' if cache_freed_cpu_memory() else 'default (no glibc)'
+    return True

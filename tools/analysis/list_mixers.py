@@ -1,0 +1,46 @@
+"""Print the mixer catalogue: every registered mixer variant with its class, module and arguments.
+
+    python tools/analysis/list_mixers.py                  # Markdown table on stdout
+    python tools/analysis/list_mixers.py --update README.md
+
+``--update FILE`` replaces the table between the lines ``<!-- mixer-catalogue:begin -->`` and
+``<!-- mixer-catalogue:end -->`` of FILE (the README's table is kept that way, and a test checks
+it is current).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+from afno_seg.mixers.catalogue import catalogue_markdown
+
+BEGIN, END = '<!-- mixer-catalogue:begin -->', '<!-- mixer-catalogue:end -->'
+
+
+def replace_table(text: str, table: str, path: str = 'the file') -> str:
+    """``text`` with the block between the markers replaced by ``table``."""
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise ValueError(f'{path} needs one line {BEGIN} and, below it, one line {END}')
+    head, rest = text.split(BEGIN)
+    return head + BEGIN + '\n' + table + END + rest.split(END, 1)[1]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--update', metavar='FILE', help='rewrite the table in FILE')
+    args = parser.parse_args(argv)
+    table = catalogue_markdown()
+    if not args.update:
+        print(table, end='')
+        return 0
+    path = Path(args.update)
+    try:
+        path.write_text(replace_table(path.read_text(), table, str(path)))
+    except (OSError, ValueError) as error:
+        print(f'error: {error}', file=sys.stderr)
+        return 1
+    print(f'updated the mixer table in {path}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
