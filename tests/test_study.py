@@ -13,16 +13,16 @@ from mmengine.config import Config
 
 from afno_seg.analysis.report import summarize
 from afno_seg.analysis.study import StudyOptions, train_command
-from afno_seg.analysis.study_plan import (Row, Run, catalogue_variants, parse_mixer_spec,
-                                          scale_options)
+from afno_seg.analysis.study_plan import Row, Run, parse_mixer_spec, scale_options
 from afno_seg.engine.errors import UserError
+from afno_seg.mixers import mixer_variants
 from conftest import ROOT, TINY_CONFIG, check, load_script, run_tool
 
 DEMO = str(ROOT / 'configs' / 'demo' / 'segformer_afno_demo.py')
 
 
 def test_mixer_specs_give_one_dict_per_stage():
-    variants = catalogue_variants()
+    variants = mixer_variants()
     hybrid = parse_mixer_spec('afno+afno+esa+esa', variants)
     assert [m['type'] for m in hybrid] == ['AFNOMixer'] * 2 + ['EfficientSelfAttentionMixer'] * 2
     swept = parse_mixer_spec('afno:sparsity_threshold=0.1:num_blocks=4', variants)
@@ -122,7 +122,7 @@ def test_study_table_rows_match_the_configs_and_the_flop_tool(killed_and_resumed
     for record in records:
         derived = work / 'configs' / f"{record['row']}.py"
         mixers = Config.fromfile(str(derived)).model.backbone.mixers
-        assert {m['type'] for m in mixers} == {catalogue_variants()[record['mixer']]['type']}
+        assert {m['type'] for m in mixers} == {mixer_variants()[record['mixer']]['type']}
         result = get_flops.analyze_config(str(derived), (64, 64))
         summary = summarize(result)
         for key in ('total_gflops', 'mixer_gflops', 'params_m'):

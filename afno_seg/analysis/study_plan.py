@@ -1,10 +1,10 @@
 """What a mixer study runs: rows (a config, optionally with its mixers swapped), seeds, commands.
 
 A *row* of the study table is one model: a config as given, or a config whose backbone mixers are
-replaced by a *mixer spec* (``--mixers``). A spec names catalogue variants
-(:func:`mixer_variants`): ``gfn`` (every stage), ``afno+afno+esa+esa`` (one name per stage; the
-hybrid), optionally followed by ``:key=value`` settings applied to every stage's mixer dict,
-e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a small derived config written into
+replaced by a *mixer spec* (``--mixers``). A spec names variants of the mixer catalogue
+(:func:`afno_seg.mixers.mixer_variants`): ``gfn`` (every stage), ``afno+afno+esa+esa`` (one name
+per stage; the hybrid), optionally followed by ``:key=value`` settings applied to every stage's
+mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a small derived config written into
 the study's work dir (``configs/<row>.py``, inheriting the given config), so each run's exact
 model stays on disk next to its checkpoints and can be handed to ``tools/test.py`` or
 ``tools/analysis/spectrum.py`` as it is.
@@ -20,34 +20,12 @@ from pathlib import Path
 from mmengine.config import Config
 
 from ..engine.errors import UserError
+from ..mixers import mixer_variants
 
 __all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
-           'catalogue_variants', 'resize_step', 'scale_options', 'load_row_config']
+           'resize_step', 'scale_options', 'load_row_config']
 
 _NAME_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
-
-
-def catalogue_variants() -> dict[str, dict]:
-    """Short mixer name -> mixer config dict, from the mixer catalogue.
-
-    TODO(catalogue): use ``afno_seg.mixers.mixer_variants()`` only, once the catalogue is on main.
-    """
-    try:
-        from ..mixers import mixer_variants
-    except ImportError:
-        return {
-            'afno': dict(type='AFNOMixer', num_blocks=8, sparsity_threshold=0.01,
-                         hard_thresholding_fraction=1.0),
-            'afno25': dict(type='AFNOMixer', num_blocks=8, sparsity_threshold=0.01,
-                           hard_thresholding_fraction=0.25),
-            'gfn': dict(type='GlobalFilterMixer'),
-            'fnet': dict(type='FNetMixer'),
-            'fno': dict(type='FNOMixer', modes=(8, 8)),
-            'axial': dict(type='AxialAttentionMixer'),
-            'esa': dict(type='EfficientSelfAttentionMixer'),
-            'sa': dict(type='FullSelfAttentionMixer'),
-        }
-    return mixer_variants()
 
 
 def _parse_value(text: str):
@@ -175,7 +153,7 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
     """The study's rows: each config as it is, or each config x each mixer spec (derived configs
     written to ``work_dir/configs``; with ``cost_config``, also ``cost_<row>.py`` there: the cost
     config with the row's mixers)."""
-    rows, variants = [], catalogue_variants() if specs else {}
+    rows, variants = [], mixer_variants() if specs else {}
     config_dir = work_dir / 'configs'
     for config in configs:
         if not Path(config).is_file():

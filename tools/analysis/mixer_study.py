@@ -91,15 +91,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     from afno_seg.analysis.study import StudyOptions, run_study, slurm_commands
-    from afno_seg.analysis.study_plan import catalogue_variants, plan_rows, plan_runs
+    from afno_seg.analysis.study_plan import plan_rows, plan_runs
     from afno_seg.analysis.study_table import write_study_outputs
+    from afno_seg.mixers import mixer_variants
     args = parse_args(argv)
     configs = args.configs or sorted(str(p) for p in ROOT.glob('configs/segformer_*_b3_'
                                                                  'cityscapes.py'))
     specs = args.mixers
     if specs and 'all' in specs:
         at = specs.index('all')
-        specs = specs[:at] + sorted(catalogue_variants()) + specs[at + 1:]
+        specs = specs[:at] + sorted(mixer_variants()) + specs[at + 1:]
     options = StudyOptions(
         args.work_dir, args.seeds, args.gpus, args.cfg_options, args.eval_scales,
         args.cost_config, args.cost_shape, args.bench_args, not args.no_costs,
