@@ -4,9 +4,9 @@ A *row* of the study table is one model: a config as given, or a config whose ba
 replaced by a *mixer spec* (``--mixers``). A spec names variants of the mixer catalogue
 (:func:`afno_seg.mixers.mixer_variants`): ``gfn`` (every stage), ``afno+afno+esa+esa`` (one name
 per stage; the hybrid), optionally followed by ``:key=value`` settings applied to every stage's
-mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a small derived config written into
-the study's work dir (``configs/<row>.py``, inheriting the given config), so each run's exact
-model stays on disk next to its checkpoints and can be handed to ``tools/test.py`` or
+mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a small derived config
+written into the study's work dir (``configs/<row>.py``, inheriting the given config), so each
+run's exact model stays on disk next to its checkpoints and can be handed to ``tools/test.py`` or
 ``tools/analysis/spectrum.py`` as it is.
 
 A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and
