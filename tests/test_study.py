@@ -37,6 +37,22 @@ def test_mixer_specs_give_one_dict_per_stage():
         parse_mixer_spec('afno:0.1', variants)
 
 
+def test_a_planned_study_keeps_its_configs_when_the_catalogue_changes(tmp_path, monkeypatch,
+                                                                       capsys):
+    from afno_seg.analysis import study_plan
+    first = study_plan.plan_rows([DEMO], ['gfn', 'afno+afno+esa+esa'], tmp_path)
+    assert [row.row_id for row in first] == ['segformer_afno_demo__gfn',
+                                             'segformer_afno_demo__afno+afno+esa+esa']
+    path = tmp_path / 'configs' / 'segformer_afno_demo__gfn.py'
+    assert Config.fromfile(str(path)).model.backbone.mixers[0]['type'] == 'GlobalFilterMixer'
+    text = path.read_text()
+    changed = dict(mixer_variants(), gfn=dict(type='GlobalFilterMixer', fused=False))
+    monkeypatch.setattr(study_plan, 'mixer_variants', lambda: changed)
+    study_plan.plan_rows([DEMO], ['gfn'], tmp_path)
+    assert path.read_text() == text
+    assert 'differs from what the catalogue gives now' in capsys.readouterr().out
+
+
 def test_eval_scales_resize_the_test_pipeline():
     cfg = Config.fromfile(DEMO)
     assert scale_options(cfg, 1.0) == []
