@@ -1,0 +1,258 @@
+"""What the token mixers of a trained backbone do in the frequency domain.
+
+Measured from outside the model, with forward hooks on every mixer (nothing in a mixer is
+changed or wrapped):
+
+* **radial energy spectra** of the tokens entering and leaving each mixer: the orthonormal
+  ``rfft2`` of each channel over the token grid, power averaged over channels, images and the
+  modes of each radial band of ``r = sqrt((k_h / H)^2 + (k_w / W)^2)`` (cycles per token; the
+  last band also holds the corners beyond ``r = 0.5``). Half-spectrum columns that stand for a
+  conjugate pair count twice.
+* **AFNO's soft-shrink sparsity** (Guibas et al. 2021, the paper's sparsity): the mixer's own
+  steps are re-run on the captured input (its ``mode_mlp`` on its band of the spectrum), once with
+  its threshold and once with the threshold 0 (the unshrunk MLP output). Sparsity = fraction of
+  the coefficients the shrink sets to zero (real and imaginary parts separately for
+  ``shrink='split'``, complex values for ``'magnitude'``), over the modes the mixer computes;
+  per radial band also the energy kept, ``sum |shrunk|^2 / sum |unshrunk|^2``. The re-run is
+  checked against the hooked output (``x + irfft2(shrunk)``) so a mixer whose math drifts from its
+  ``mode_mlp`` fails loudly instead of being measured wrongly.
+* **GFN filters**: ``|K|`` of each GlobalFilterMixer at its stored grid and resampled to another
+  (:meth:`~afno_seg.mixers.GlobalFilterMixer.filter_at`).
+"""
+import copy
+import math
+import re
+from collections import defaultdict
+
+import torch
+from torch import Tensor
+
+from ..mixers.afno import AFNOMixer
+from ..mixers.base import TokenMixer
+from ..mixers.gfn import GlobalFilterMixer
+from ..mixers.spectral import (SpectralBand, grid_to_tokens, hermitian_column_weight,
+                               signed_frequencies, spectrum_to_grid, tokens_to_grid,
+                               tokens_to_spectrum)
+
+__all__ = ['MixerProbe', 'afno_shrink_stats', 'band_edges', 'gfn_filters', 'mixer_layers',
+           'radial_band_index', 'radial_energy']
+
+_LAYER_RE = re.compile(r'layers\.(\d+)\.1\.(\d+)\.attn$')
+
+
+def band_edges(num_bands: int) -> list[float]:
+    """Edges of the radial bands in cycles per token: ``num_bands`` equal bands on [0, 0.5]."""
+    return [0.5 * i / num_bands for i in range(num_bands + 1)]
+
+
+def radial_band_index(hw_shape: tuple[int, int], num_bands: int) -> Tensor:
+    """Band of each mode of an ``rfft2`` half spectrum ``(H, W // 2 + 1)`` (long tensor)."""
+    height, width = hw_shape
+    rows = signed_frequencies(height).double().view(-1, 1) / height
+    cols = torch.arange(width // 2 + 1, dtype=torch.float64).view(1, -1) / width
+    radius = (rows ** 2 + cols ** 2).sqrt()
+    return (radius / 0.5 * num_bands).floor().long().clamp_max(num_bands - 1)
+
+
+def _mode_weight(hw_shape: tuple[int, int]) -> Tensor:
+    """How many modes of the full spectrum each half-spectrum column stands for (1 or 2)."""
+    return 1.0 / hermitian_column_weight(hw_shape[1], dtype=torch.float64)
+
+
+def _band_sums(values: Tensor, bands: Tensor, weight: Tensor, num_bands: int) -> Tensor:
+    """Weighted sum of ``values (..., rows, cols)`` over all leading axes, per band."""
+    per_mode = (values.double() * weight).reshape(-1, *bands.shape).sum(0)
+    return torch.zeros(num_bands, dtype=torch.float64).index_add_(0, bands.flatten(),
+                                                                  per_mode.flatten())
+
+
+def radial_energy(tokens: Tensor, hw_shape: tuple[int, int], num_bands: int) -> Tensor:
+    """Mean power per mode and channel in each radial band of tokens ``(B, H*W, C)`` (NaN for a
+    band without modes, e.g. the fine bands of a small grid)."""
+    spectrum = torch.fft.rfft2(tokens_to_grid(tokens.double(), hw_shape).permute(0, 3, 1, 2),
+                               norm='ortho')
+    bands = radial_band_index(hw_shape, num_bands)
+    weight = _mode_weight(hw_shape)
+    power = _band_sums(spectrum.abs() ** 2, bands, weight, num_bands)
+    modes = _band_sums(torch.ones(bands.shape), bands, weight, num_bands)
+    energy = power / (modes * tokens.shape[0] * tokens.shape[-1]).clamp_min(1)
+    return torch.where(modes > 0, energy, torch.full_like(energy, math.nan))
+
+
+def afno_shrink_stats(mixer: AFNOMixer, x: Tensor, hw_shape: tuple[int, int], num_bands: int,
+                      output: Tensor | None = None) -> dict:
+    """Zeroed coefficients and energy kept by an AFNO mixer's soft-shrink on input ``x``.
+
+    Args:
+        mixer (AFNOMixer): The mixer.
+        x (Tensor): Its input tokens ``(B, H*W, C)``.
+        hw_shape (tuple[int, int]): The token grid.
+        num_bands (int): Radial bands (:func:`radial_band_index`).
+        output (Tensor, optional): The mixer's output on ``x``; when given, the re-run must
+            reproduce it (``x + irfft2(shrunk modes)``), else a RuntimeError is raised.
+
+    Returns:
+        dict: ``zeros``, ``total`` (counts over the computed modes), per band ``band_zeros``,
+        ``band_total``, ``band_energy_pre``, ``band_energy_post`` (lists of floats).
+    """
+    hw_shape = tuple(hw_shape)
+    with torch.no_grad():
+        x32 = x.detach().float()
+        band = SpectralBand.fraction(hw_shape, mixer.hard_thresholding_fraction)
+        modes = band.gather(tokens_to_spectrum(x32, hw_shape))
+        shrunk = mixer.mode_mlp(modes)
+        unshrunk_mixer = copy.copy(mixer)  # shares the weights; only the threshold differs
+        unshrunk_mixer.sparsity_threshold = 0.0
+        unshrunk = unshrunk_mixer.mode_mlp(modes)
+        if output is not None:
+            rebuilt = grid_to_tokens(tokens_to_grid(x32, hw_shape) +
+                                     spectrum_to_grid(band.scatter(shrunk), hw_shape))
+            scale = float(output.detach().float().abs().max()) + 1e-12
+            error = float((rebuilt - output.detach().float()).abs().max()) / scale
+            if error > 1e-3:
+                raise RuntimeError(f'AFNO analysis does not reproduce the mixer output (relative '
+                                   f'error {error:.2e}); AFNOMixer.mode_mlp no longer matches its '
+                                   'forward, so the sparsity would be wrong')
+    bands = band.gather(radial_band_index(hw_shape, num_bands))
+    weight = band.gather(_mode_weight(hw_shape).expand(hw_shape[0], -1))
+    if mixer.shrink == 'split':
+        zero = (torch.view_as_real(shrunk) == 0).double().sum(-1)  # zeros among (re, im)
+        parts = 2
+    else:
+        zero, parts = (shrunk == 0).double(), 1
+    unweighted = torch.ones(bands.shape, dtype=torch.float64)
+    band_zeros = _band_sums(zero, bands, unweighted, num_bands)
+    band_total = _band_sums(torch.full_like(zero, float(parts)), bands, unweighted, num_bands)
+    return dict(
+        zeros=float(zero.sum()), total=float(zero.numel() * parts),
+        band_zeros=band_zeros.tolist(), band_total=band_total.tolist(),
+        band_energy_pre=_band_sums(unshrunk.abs() ** 2, bands, weight, num_bands).tolist(),
+        band_energy_post=_band_sums(shrunk.abs() ** 2, bands, weight, num_bands).tolist())
+
+
+def mixer_layers(model: torch.nn.Module) -> list[tuple[str, int, int, TokenMixer]]:
+    """``(name, stage, layer, mixer)`` of every token mixer (stage and layer from MiT's names
+    ``layers.{stage}.1.{layer}.attn``, 1-based stage; -1 where the name has another form)."""
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, TokenMixer):
+            match = _LAYER_RE.search(name)
+            stage, layer = (int(match.group(1)) + 1, int(match.group(2))) if match else (-1, -1)
+            found.append((name, stage, layer, module))
+    return found
+
+
+class MixerProbe:
+    """Forward hooks on every mixer of ``model`` accumulating spectra and AFNO statistics.
+
+    Use as a context manager around forward passes; read :meth:`results` after.
+
+    Args:
+        model (nn.Module): Any module containing :class:`TokenMixer` s.
+        num_bands (int): Radial bands. Default: 16.
+        check_afno (bool): Check that the AFNO re-run reproduces the output. Default: True.
+    """
+
+    def __init__(self, model: torch.nn.Module, num_bands: int = 16,
+                 check_afno: bool = True) -> None:
+        self.layers = mixer_layers(model)
+        self.num_bands, self.check_afno = num_bands, check_afno
+        self.sums = defaultdict(lambda: defaultdict(lambda: 0.0))
+        self.calls, self.grids, self.handles = defaultdict(int), {}, []
+
+    def __enter__(self) -> 'MixerProbe':
+        for name, _, _, mixer in self.layers:
+            self.handles.append(mixer.register_forward_hook(self._hook(name), with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def _hook(self, name: str):
+        def hook(module, args, kwargs, output):
+            x = args[0]
+            hw_shape = tuple(int(v) for v in (args[1] if len(args) > 1 else kwargs['hw_shape']))
+            sums = self.sums[name]
+            sums['energy_in'] = sums['energy_in'] + radial_energy(x.detach(), hw_shape,
+                                                                  self.num_bands)
+            sums['energy_out'] = sums['energy_out'] + radial_energy(output.detach(), hw_shape,
+                                                                    self.num_bands)
+            if isinstance(module, AFNOMixer):
+                stats = afno_shrink_stats(module, x, hw_shape, self.num_bands,
+                                          output if self.check_afno else None)
+                for key, value in stats.items():
+                    sums[key] = sums[key] + torch.as_tensor(value, dtype=torch.float64)
+            self.calls[name] += 1
+            self.grids[name] = hw_shape
+        return hook
+
+    def results(self) -> dict:
+        """Per mixer layer: spectra in/out; for AFNO layers sparsity, per band sparsity and energy
+        kept; plus the AFNO summary (mean sparsity, per stage)."""
+        layers, afno = [], []
+        for name, stage, layer, mixer in self.layers:
+            calls = self.calls.get(name, 0)
+            if not calls:
+                continue
+            sums = self.sums[name]
+            entry = dict(name=name, stage=stage, layer=layer, type=type(mixer).__name__,
+                         grid=list(self.grids[name]),
+                         energy_in=(sums['energy_in'] / calls).tolist(),
+                         energy_out=(sums['energy_out'] / calls).tolist())
+            layers.append(entry)
+            if isinstance(mixer, AFNOMixer):
+                kept = _ratio(sums['band_energy_post'], sums['band_energy_pre'])
+                afno.append(dict(
+                    name=name, stage=stage, layer=layer, threshold=mixer.sparsity_threshold,
+                    sparsity=float(sums['zeros'] / sums['total']),
+                    band_sparsity=_ratio(sums['band_zeros'], sums['band_total']),
+                    band_energy_kept=kept,
+                    energy_kept=float(sums['band_energy_post'].sum() /
+                                      sums['band_energy_pre'].sum())))
+        summary = None
+        if afno:
+            per_stage = defaultdict(list)
+            for entry in afno:
+                per_stage[entry['stage']].append(entry['sparsity'])
+            summary = dict(
+                layers=afno, thresholds=sorted({e['threshold'] for e in afno}),
+                sparsity_mean=sum(e['sparsity'] for e in afno) / len(afno),
+                sparsity_per_stage={str(k): sum(v) / len(v) for k, v in sorted(per_stage.items())})
+        return dict(num_bands=self.num_bands, band_edges=band_edges(self.num_bands),
+                    layers=layers, afno=summary)
+
+
+def _ratio(numerator: Tensor, denominator: Tensor) -> list[float]:
+    return [float(n / d) if d > 0 else math.nan for n, d in zip(numerator, denominator)]
+
+
+def gfn_filters(model: torch.nn.Module, resample_factor: float = 2.0,
+                num_bands: int = 16) -> list[dict]:
+    """``|K|`` of every GlobalFilterMixer at its stored grid and resampled.
+
+    Returns:
+        list[dict]: per layer ``name``, ``stage``, ``layer``, ``base_grid``, ``resampled_grid``,
+        ``stored`` and ``resampled`` (``(H, W // 2 + 1, C)`` float tensors of ``|K|``) and
+        ``radial_mean`` (channel-mean ``|K|`` per radial band at the stored grid).
+    """
+    out = []
+    for name, stage, layer, mixer in mixer_layers(model):
+        if not isinstance(mixer, GlobalFilterMixer):
+            continue
+        base = tuple(mixer.base_hw_shape)
+        other = tuple(max(1, round(n * resample_factor)) for n in base)
+        with torch.no_grad():
+            stored = mixer.filter_at(base).abs().float()
+            resampled = mixer.filter_at(other).abs().float()
+        bands = radial_band_index(base, num_bands)
+        mean = stored.mean(-1).double()
+        totals = torch.zeros(num_bands, dtype=torch.float64).index_add_(0, bands.flatten(),
+                                                                        mean.flatten())
+        counts = torch.zeros(num_bands, dtype=torch.float64).index_add_(
+            0, bands.flatten(), torch.ones(bands.numel(), dtype=torch.float64))
+        out.append(dict(name=name, stage=stage, layer=layer, base_grid=list(base),
+                        resampled_grid=list(other), stored=stored, resampled=resampled,
+                        radial_mean=_ratio(totals, counts)))
+    return out

@@ -1,0 +1,129 @@
+"""Spectral analysis of one checkpoint: load the model and images, probe, write JSON + arrays.
+
+Used by ``tools/analysis/spectrum.py``. Images go through the config's test-time resize (or
+``size``) and the model's own data preprocessor, so the backbone sees what it sees at test time.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..engine.errors import UserError
+from .receptive_field import effective_receptive_fields, erf_radius
+from .spectrum import MixerProbe, gfn_filters
+
+__all__ = ['analyze_model', 'default_images', 'load_images', 'load_model', 'write_results']
+
+
+def load_model(config: str, checkpoint: str | None, cfg_options: dict | None = None):
+    """The segmentor of ``config`` with ``checkpoint`` loaded, on the CPU, in eval mode."""
+    from mmengine.config import Config
+    from mmengine.model.utils import revert_sync_batchnorm
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+
+    import afno_seg  # noqa: F401  (registers the mixers, the checkpoint loader)
+    from mmseg.registry import MODELS
+    if not Path(config).is_file():
+        raise UserError(f'config file not found: {config}')
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise UserError(f'checkpoint file not found: {checkpoint}')
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    backbone = cfg.model.backbone
+    if backbone.get('init_cfg'):
+        backbone.init_cfg = None  # the checkpoint holds every weight
+    cfg.model.train_cfg = None
+    model = revert_sync_batchnorm(MODELS.build(cfg.model))
+    if checkpoint is None:
+        model.init_weights()
+    else:
+        load_checkpoint(model, checkpoint, map_location='cpu', strict=True, logger='silent')
+    return model.eval(), cfg
+
+
+def default_images(cfg, count: int) -> list[str]:
+    """The first ``count`` images of the config's test split."""
+    from mmseg.registry import DATASETS
+    dataset_cfg = dict(cfg.test_dataloader.dataset)
+    dataset_cfg['pipeline'] = []
+    try:
+        dataset = DATASETS.build(dataset_cfg)
+    except (FileNotFoundError, OSError) as error:
+        raise UserError(f'cannot list the test images of the config ({error}); give IMAGES or '
+                        'fix test_dataloader.dataset.data_root') from None
+    paths = [dataset.get_data_info(i)['img_path'] for i in range(min(count, len(dataset)))]
+    if not paths:
+        raise UserError('the test split of the config has no images; give IMAGES')
+    return paths
+
+
+def load_images(model, cfg, paths: list[str], size: tuple[int, int] | None = None) -> list:
+    """``(1, 3, H, W)`` model inputs: each image resized as the test pipeline (or to ``size``
+    ``(H, W)``) and normalised by the model's data preprocessor."""
+    from mmcv.transforms import Compose
+    resize = next((dict(step) for step in cfg.test_dataloader.dataset.pipeline
+                   if step.get('type') == 'Resize'), None)
+    if size is not None:
+        resize = dict(type='Resize', scale=(size[1], size[0]), keep_ratio=False)
+    steps = [dict(type='LoadImageFromFile')] + ([resize] if resize else []) + \
+        [dict(type='PackSegInputs')]
+    pipeline = Compose(steps)
+    inputs = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise UserError(f'image not found: {path}')
+        packed = pipeline(dict(img_path=str(path), seg_fields=[], reduce_zero_label=False))
+        data = model.data_preprocessor(dict(inputs=[packed['inputs']],
+                                            data_samples=[packed['data_samples']]), False)
+        inputs.append(data['inputs'].float())
+    return inputs
+
+
+def analyze_model(model, images: list, num_bands: int = 16, resample_factor: float = 2.0,
+                  erf: bool = True) -> tuple[dict, dict]:
+    """Probe the mixers over ``images`` and compute ERFs; returns ``(json_dict, arrays)``."""
+    probe = MixerProbe(model, num_bands)
+    with probe, torch.no_grad():
+        for image in images:
+            model.backbone(image)
+    results = probe.results()
+    arrays = {}
+    filters = gfn_filters(model, resample_factor, num_bands)
+    results['gfn'] = [{k: v for k, v in f.items() if k not in ('stored', 'resampled')}
+                      for f in filters] or None
+    for entry in filters:
+        arrays[f"gfn_stored_{entry['name']}"] = entry['stored'].numpy()
+        arrays[f"gfn_resampled_{entry['name']}"] = entry['resampled'].numpy()
+    if erf:
+        maps = effective_receptive_fields(lambda x: model.backbone(x), images,
+                                          ['stage1', 'backbone'], [0, -1])
+        results['erf'] = {name: dict(r50=erf_radius(m, 0.5), r90=erf_radius(m, 0.9),
+                                     peak=float(m.max()), total=float(m.sum()))
+                          for name, m in maps.items()}
+        arrays.update({f'erf_{name}': m.numpy() for name, m in maps.items()})
+    results['input_hw'] = list(images[0].shape[-2:])
+    return results, arrays
+
+
+def _finite(value):
+    """``value`` with every NaN float replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def write_results(out_dir: Path, results: dict, arrays: dict) -> list[Path]:
+    """``spectrum.json`` and ``arrays.npz`` (ERF maps, GFN |K|) in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, npz_path = out_dir / 'spectrum.json', out_dir / 'arrays.npz'
+    json_path.write_text(json.dumps(_finite(results), indent=1, default=float) + '\n')
+    np.savez_compressed(npz_path, **arrays)
+    return [json_path, npz_path]

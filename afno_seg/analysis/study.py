@@ -1,0 +1,310 @@
+"""The mixer study (the AFNO paper's Table 4 as one command): train, evaluate, cost, tabulate.
+
+For every row (:mod:`.study_plan`) and seed, :func:`run_study`
+
+1. trains with ``tools/train.py`` (``tools/dist_train.sh`` with ``gpus > 1``), resuming an
+   interrupted run from its last checkpoint (``--resume``); a run whose last checkpoint is the
+   final iteration is not trained again;
+2. evaluates the final checkpoint with ``tools/test.py`` at each evaluation scale; an evaluation
+   whose metrics JSON exists is skipped (that is what makes a run *finished*);
+3. optionally runs ``tools/analysis/spectrum.py`` on the first seed's checkpoint (AFNO sparsity
+   and the spectral figures);
+
+then measures each row's cost once (``tools/analysis/get_flops.py --out`` and one
+``tools/analysis/benchmark_model.py`` run over all rows, so step times are side by side) and
+writes the table (:mod:`.study_table`). Every tool runs as a subprocess, so the study depends only
+on their command lines and output files. Output of each subprocess goes to ``logs/`` in the work
+dir; progress lines (``[k/n] row seed: phase``, the training iterations) go to stdout.
+"""
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..engine.errors import UserError
+from .study_plan import Run, cost_config_of, load_row_config, scale_options
+
+__all__ = ['ROOT', 'StudyOptions', 'eval_metrics_file', 'final_checkpoint', 'run_study',
+           'train_command', 'slurm_commands', 'cost_files']
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / 'tools'
+
+
+class StudyOptions:
+    """What the CLI passes to :func:`run_study` (see ``tools/analysis/mixer_study.py``)."""
+
+    def __init__(self, work_dir, seeds=(0, ), gpus=1, cfg_options=None, eval_scales=(1.0, ),
+                 cost_config=None, cost_shape=None, bench_args='', costs=True, benchmark=True,
+                 spectrum=False, spectrum_args='', partition='PARTITION', runs=True,
+                 bench_max_params_m=None, train=True):
+        self.work_dir = Path(work_dir)
+        self.seeds = list(seeds)
+        self.gpus = gpus
+        self.cfg_options = list(cfg_options or [])  # raw 'key=value' strings, passed on as is
+        self.eval_scales = [float(s) for s in eval_scales]
+        self.cost_config = cost_config
+        self.cost_shape = cost_shape
+        self.bench_args = bench_args
+        self.costs = costs
+        self.benchmark = benchmark
+        self.spectrum = spectrum
+        self.spectrum_args = spectrum_args
+        self.partition = partition
+        self.runs = runs  # False: costs (and spectrum) only
+        self.bench_max_params_m = bench_max_params_m
+        self.train = train  # False: evaluate only what is trained (e.g. beside a running study)
+
+
+def parsed_cfg_options(raw: list[str]) -> dict:
+    """``key=value`` strings parsed as mmengine's ``DictAction`` does for the tools."""
+    import argparse
+
+    from mmengine.config import DictAction
+    if not raw:
+        return {}
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    return parser.parse_args(['--cfg-options', *raw]).cfg_options
+
+
+def _python() -> list[str]:
+    return [sys.executable]
+
+
+def child_env() -> dict:
+    """The environment of the tools: this checkout first on ``PYTHONPATH``."""
+    path = os.environ.get('PYTHONPATH', '')
+    return dict(os.environ, PYTHONPATH=str(ROOT) + (os.pathsep + path if path else ''))
+
+
+def final_checkpoint(run: Run, max_iters: int) -> Path | None:
+    """The final checkpoint of a finished training, else None."""
+    pointer = run.train_dir / 'last_checkpoint'
+    if not pointer.is_file():
+        return None
+    path = Path(pointer.read_text().strip())
+    if not path.is_absolute():
+        path = run.train_dir / path.name
+    return path if path.name == f'iter_{max_iters}.pth' and path.is_file() else None
+
+
+def eval_metrics_file(eval_dir: Path) -> Path | None:
+    """The metrics JSON ``tools/test.py --work-dir eval_dir`` wrote (``<ts>/<ts>.json``)."""
+    files = sorted(eval_dir.glob('*/*.json')) if eval_dir.is_dir() else []
+    return files[-1] if files else None
+
+
+def train_command(run: Run, options: StudyOptions) -> list[str]:
+    """Training command of ``run`` (``--resume`` when it has a checkpoint to resume from)."""
+    args = [run.row.train_config, '--work-dir', str(run.train_dir)]
+    if (run.train_dir / 'last_checkpoint').is_file():
+        args.append('--resume')
+    args += ['--cfg-options', f'randomness.seed={run.seed}', *options.cfg_options]
+    if options.gpus > 1:
+        return ['bash', str(TOOLS / 'dist_train.sh'), args[0], str(options.gpus), *args[1:]]
+    return [*_python(), str(TOOLS / 'train.py'), *args]
+
+
+def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
+    """``tools/slurm_train.sh`` lines for every run (the study then evaluates what they train)."""
+    lines = []
+    for run in runs:
+        args = [run.row.train_config, '--work-dir', str(run.train_dir), '--resume',
+                '--cfg-options', f'randomness.seed={run.seed}', *options.cfg_options]
+        job = f'{run.row.row_id}_s{run.seed}'
+        lines.append(f'GPUS={options.gpus} bash {TOOLS / "slurm_train.sh"} {options.partition} '
+                     f'{job} ' + ' '.join(shlex.quote(a) for a in args))
+    return lines
+
+
+def _eval_command(run: Run, checkpoint: Path, scale: float, cfg, options) -> list[str]:
+    opts = [*options.cfg_options, *scale_options(cfg, scale)]
+    return [*_python(), str(TOOLS / 'test.py'), run.row.train_config, str(checkpoint),
+            '--work-dir', str(run.eval_dir(scale)), *(['--cfg-options', *opts] if opts else [])]
+
+
+class _Child:
+    """The running subprocess, so that a SIGTERM to the study stops it too."""
+    process: subprocess.Popen | None = None
+
+
+def _terminate(signum, frame):  # noqa: ARG001
+    if _Child.process is not None and _Child.process.poll() is None:
+        _Child.process.terminate()
+        try:
+            _Child.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _Child.process.kill()
+    raise SystemExit(128 + signum)
+
+
+def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
+    """Run ``command``, its output into ``log_path``; training iterations echoed with ``prefix``.
+
+    Raises :class:`UserError` naming the log when it fails.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, 'a') as log:
+        log.write(f'$ {shlex.join(command)}\n')
+        log.flush()
+        _Child.process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, env=child_env(),
+                                          start_new_session=False)
+        for line in _Child.process.stdout:
+            log.write(line)
+            if 'Iter(train)' in line:
+                brief = line.split('Iter(train)', 1)[1].strip()
+                print(f'{prefix} {brief[:110]}', flush=True)
+        code = _Child.process.wait()
+        _Child.process = None
+    if code:
+        tail = ''.join(open(log_path).readlines()[-5:])
+        tool = command[1] if len(command) > 1 else command[0]
+        raise UserError(f'{prefix.rstrip(":")}: {tool} failed (exit {code}); see {log_path}. '
+                        f'Last lines:\n{tail}')
+
+
+def _run_one(run: Run, index: int, total: int, options: StudyOptions,
+             scales: list[float]) -> dict:
+    """Train one run and evaluate it at ``scales``, skipping what is done; returns what was
+    done."""
+    prefix = f'[{index}/{total}] {run.name}:'
+    cfg = load_row_config(run.row.train_config, parsed_cfg_options(options.cfg_options))
+    max_iters = cfg.train_cfg.max_iters
+    logs = options.work_dir / 'logs'
+    pending = [s for s in scales if eval_metrics_file(run.eval_dir(s)) is None]
+    done = dict(trained=False, evaluated=[])
+    if not pending:
+        if all(eval_metrics_file(run.eval_dir(s)) for s in options.eval_scales) and \
+                scales == options.eval_scales[:1]:
+            print(f'{prefix} finished earlier (metrics found), skipped', flush=True)
+        return done
+    checkpoint = final_checkpoint(run, max_iters)
+    if checkpoint is None and not options.train:
+        print(f'{prefix} not trained (yet), skipped', flush=True)
+        return done
+    if checkpoint is None:
+        resume = (run.train_dir / 'last_checkpoint').is_file()
+        print(f'{prefix} train{" (resuming)" if resume else ""}, {max_iters} iterations',
+              flush=True)
+        run_logged(train_command(run, options), logs / f'{run.row.row_id}_s{run.seed}_train.log',
+                   prefix)
+        checkpoint = final_checkpoint(run, max_iters)
+        if checkpoint is None:
+            raise UserError(f'{prefix} training ended without iter_{max_iters}.pth in '
+                            f'{run.train_dir}')
+        done['trained'] = True
+    for scale in pending:
+        print(f'{prefix} evaluate at {scale:g}x', flush=True)
+        run_logged(_eval_command(run, checkpoint, scale, cfg, options),
+                   logs / f'{run.row.row_id}_s{run.seed}_eval_{scale:g}x.log', prefix)
+        done['evaluated'].append(scale)
+    return done
+
+
+def _run_spectrum(run: Run, options: StudyOptions) -> None:
+    out = run.root / 'spectrum'
+    if (out / 'spectrum.json').is_file():
+        return
+    cfg = load_row_config(run.row.train_config, parsed_cfg_options(options.cfg_options))
+    checkpoint = final_checkpoint(run, cfg.train_cfg.max_iters)
+    if checkpoint is None:
+        print(f'  no final checkpoint of {run.name}: no spectrum', flush=True)
+        return
+    command = [*_python(), str(TOOLS / 'analysis' / 'spectrum.py'), run.row.train_config,
+               str(checkpoint), '--out-dir', str(out), *shlex.split(options.spectrum_args)]
+    if options.cfg_options:
+        command += ['--cfg-options', *options.cfg_options]
+    print(f'  spectrum of {run.name}', flush=True)
+    run_logged(command, options.work_dir / 'logs' / f'{run.row.row_id}_spectrum.log', '  ')
+
+
+def cost_files(options: StudyOptions) -> dict[str, Path]:
+    costs = options.work_dir / 'costs'
+    return dict(dir=costs, bench_csv=costs / 'bench' / 'models_cpu.csv',
+                bench_cuda_csv=costs / 'bench' / 'models_cuda.csv',
+                bench_done=costs / 'bench' / 'configs.json')
+
+
+def _measure_costs(rows, options: StudyOptions) -> None:
+    files = cost_files(options)
+    for row in rows:
+        out = files['dir'] / f'flops_{row.row_id}'
+        if out.with_suffix('.json').is_file():
+            continue
+        command = [*_python(), str(TOOLS / 'analysis' / 'get_flops.py'),
+                   cost_config_of(row, options.work_dir, options.cost_config), '--out', str(out)]
+        if options.cost_shape:
+            command += ['--shape', *map(str, options.cost_shape)]
+        print(f'  FLOPs of {row.row_id}', flush=True)
+        run_logged(command, options.work_dir / 'logs' / f'{row.row_id}_flops.log', '  ')
+    if not options.benchmark:
+        return
+    configs = []
+    for row in rows:
+        flops = files['dir'] / f'flops_{row.row_id}.json'
+        params = json.loads(flops.read_text())['summary']['params_m'] if flops.is_file() else 0
+        if options.bench_max_params_m is not None and params > options.bench_max_params_m:
+            print(f'  {row.row_id}: {params:.0f} M parameters, over --bench-max-params; '
+                  'not benchmarked', flush=True)
+            continue
+        configs.append(cost_config_of(row, options.work_dir, options.cost_config))
+    marker = files['bench_done']
+    if marker.is_file() and json.loads(marker.read_text()) == configs:
+        return
+    print(f'  benchmark of {len(configs)} models (interleaved)', flush=True)
+    command = [*_python(), str(TOOLS / 'analysis' / 'benchmark_model.py'), '--configs', *configs,
+               '--out', str(marker.parent), *shlex.split(options.bench_args)]
+    run_logged(command, options.work_dir / 'logs' / 'benchmark.log', '  ')
+    marker.write_text(json.dumps(configs))
+
+
+def run_study(rows, runs: list[Run], options: StudyOptions) -> dict:
+    """Run everything not yet done; returns counts of what was trained / evaluated / skipped."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    counts = dict(trained=0, evaluated=0, skipped=0)
+    started = time.monotonic()
+    try:
+        # First every run at the headline scale, then the other scales: an interrupted study
+        # has its main column complete first.
+        for index, run in enumerate(runs if options.runs else [], 1):
+            try:
+                done = _run_one(run, index, len(runs), options, options.eval_scales[:1])
+            except UserError as error:  # one broken run must not stop the others
+                print(f'FAILED: {error}', flush=True)
+                counts['failed'] = counts.get('failed', 0) + 1
+                continue
+            counts['trained'] += done['trained']
+            counts['evaluated'] += len(done['evaluated'])
+            counts['skipped'] += not (done['trained'] or done['evaluated'])
+            elapsed = time.monotonic() - started
+            worked = index - counts['skipped']
+            if worked and index < len(runs):
+                eta = elapsed / worked * (len(runs) - index)
+                print(f'  {index}/{len(runs)} runs done, {elapsed / 60:.1f} min so far, '
+                      f'at most ~{eta / 60:.0f} min to go', flush=True)
+        for index, run in enumerate(runs if options.runs and len(options.eval_scales) > 1
+                                    else [], 1):
+            try:
+                done = _run_one(run, index, len(runs), options, options.eval_scales[1:])
+            except UserError as error:
+                print(f'FAILED: {error}', flush=True)
+                counts['failed'] = counts.get('failed', 0) + 1
+                continue
+            counts['evaluated'] += len(done['evaluated'])
+        if options.spectrum:
+            first = {}
+            for run in runs:
+                first.setdefault(run.row.row_id, run)
+            for run in first.values():
+                _run_spectrum(run, options)
+        if options.costs:
+            _measure_costs(rows, options)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return counts

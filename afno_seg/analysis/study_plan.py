@@ -1,0 +1,217 @@
+"""What a mixer study runs: rows (a config, optionally with its mixers swapped), seeds, commands.
+
+A *row* of the study table is one model: a config as given, or a config whose backbone mixers are
+replaced by a *mixer spec* (``--mixers``). A spec names variants of the mixer catalogue
+(:func:`afno_seg.mixers.mixer_variants`): ``gfn`` (every stage), ``afno+afno+esa+esa`` (one name
+per stage; the hybrid), optionally followed by ``:key=value`` settings applied to every stage's
+mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a small derived config
+written into the study's work dir (``configs/<row>.py``, inheriting the given config), so each
+run's exact model stays on disk next to its checkpoints and can be handed to ``tools/test.py`` or
+``tools/analysis/spectrum.py`` as it is.
+
+A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and
+``runs/<row>/seed<S>/eval_<scale>x`` (one ``tools/test.py`` work dir per evaluation scale).
+"""
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mmengine.config import Config
+
+from ..engine.errors import UserError
+from ..mixers import mixer_variants
+
+__all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
+           'resize_step', 'scale_options', 'load_row_config']
+
+_NAME_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
+
+
+def _parse_value(text: str):
+    """A ``key=value`` value as a Python literal when it is one (numbers, tuples), else a str."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_mixer_spec(spec: str, variants: dict[str, dict], num_stages: int = 4) -> list[dict]:
+    """The per-stage mixer dicts of a spec such as ``gfn``, ``afno+afno+esa+esa`` or
+    ``afno:sparsity_threshold=0.1``.
+
+    Args:
+        spec (str): Catalogue names joined by ``+`` (one, or one per stage), then optional
+            ``:key=value`` settings for every stage's mixer.
+        variants (dict[str, dict]): Catalogue, short name -> mixer config dict.
+        num_stages (int): Backbone stages. Default: 4.
+
+    Returns:
+        list[dict]: ``num_stages`` mixer config dicts.
+    """
+    names, *settings = spec.split(':')
+    stage_names = names.split('+')
+    unknown = [name for name in stage_names if name not in variants]
+    if unknown:
+        raise UserError(f'--mixers {spec}: unknown mixer {unknown[0]!r}; the catalogue has '
+                        f'{", ".join(sorted(variants))}')
+    if len(stage_names) not in (1, num_stages):
+        raise UserError(f'--mixers {spec}: give one mixer or {num_stages} joined by "+", got '
+                        f'{len(stage_names)}')
+    extra = {}
+    for setting in settings:
+        key, sep, value = setting.partition('=')
+        if not sep or not key:
+            raise UserError(f'--mixers {spec}: settings after ":" are key=value, got {setting!r}')
+        extra[key] = _parse_value(value)
+    stage_names = stage_names * (num_stages // len(stage_names))
+    return [dict(variants[name], **extra) for name in stage_names]
+
+
+def mixer_label(mixers) -> str:
+    """Short label of a backbone's mixers: ``AFNO`` or ``AFNO/AFNO/EfficientSelfAttention/...``."""
+    mixers = [mixers] if isinstance(mixers, dict) else list(mixers)
+    names = [str(m['type']).replace('Mixer', '') for m in mixers]
+    return names[0] if len(set(names)) == 1 else '/'.join(names)
+
+
+@dataclass
+class Row:
+    """One model of the study table.
+
+    Attributes:
+        row_id (str): Directory name under ``runs/`` (unique in the study).
+        config (str): The config as given.
+        train_config (str): The config that is trained (``config`` or a derived one).
+        spec (str | None): The mixer spec, when the mixers were swapped.
+        label (str): Mixer label for the table.
+    """
+    row_id: str
+    config: str
+    train_config: str
+    spec: str | None
+    label: str
+
+
+@dataclass
+class Run:
+    """One row at one seed, with its directories."""
+    row: Row
+    seed: int
+    root: Path
+    logs: list = field(default_factory=list)
+
+    @property
+    def train_dir(self) -> Path:
+        return self.root / 'train'
+
+    def eval_dir(self, scale: float) -> Path:
+        return self.root / f'eval_{scale:g}x'
+
+    @property
+    def name(self) -> str:
+        return f'{self.row.row_id} seed {self.seed}'
+
+
+def derived_config_text(base: str, mixers: list[dict]) -> str:
+    """Text of a config that inherits ``base`` and replaces its backbone's mixers."""
+    listed = ',\n'.join(f'    {m!r}' for m in mixers)
+    return (f'# Written by tools/analysis/mixer_study.py: {Path(base).name} with its mixers '
+            'replaced.\n'
+            f'_base_ = [{str(Path(base).resolve())!r}]\n'
+            f'model = dict(backbone=dict(mixers=[\n{listed},\n]))\n')
+
+
+def write_once(path: Path, text: str) -> None:
+    """Write a derived config (atomically: a study in another process may be reading it) unless
+    it exists. A study's rows are fixed when first planned: its runs were trained from these
+    files, so a later change of the catalogue does not rewrite them (a note says so)."""
+    if path.is_file():
+        if path.read_text() != text:
+            print(f'note: {path} differs from what the catalogue gives now; the study keeps it '
+                  '(its runs were trained from it). Use a new --work-dir for the new definition.',
+                  flush=True)
+        return
+    temporary = path.with_name(path.name + '.tmp')
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def load_row_config(path: str, cfg_options: dict | None = None) -> Config:
+    """``Config.fromfile`` with the study's ``--cfg-options`` merged, or a one-line error."""
+    try:
+        cfg = Config.fromfile(path)
+    except FileNotFoundError as error:
+        raise UserError(f'config file not found: {path} ({error})') from None
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    return cfg
+
+
+def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
+              cost_config: str | None = None) -> list[Row]:
+    """The study's rows: each config as it is, or each config x each mixer spec (derived configs
+    written to ``work_dir/configs``; with ``cost_config``, also ``cost_<row>.py`` there: the cost
+    config with the row's mixers)."""
+    rows, variants = [], mixer_variants() if specs else {}
+    config_dir = work_dir / 'configs'
+    for config in configs:
+        if not Path(config).is_file():
+            raise UserError(f'config file not found: {config}')
+        stem = Path(config).stem
+        base_cfg = Config.fromfile(config)
+        num_stages = base_cfg.model.backbone.get('num_stages', 4)
+        for spec in (specs or [None]):
+            if spec is None:
+                mixers = base_cfg.model.backbone.get('mixers') or dict(
+                    type='EfficientSelfAttentionMixer')
+                row = Row(stem, config, config, None, mixer_label(mixers))
+                stage_mixers = [mixers] * num_stages if isinstance(mixers, dict) else mixers
+            else:
+                stage_mixers = parse_mixer_spec(spec, variants, num_stages)
+                row_id = stem + '__' + _NAME_RE.sub('_', spec).replace(':', '_')
+                config_dir.mkdir(parents=True, exist_ok=True)
+                path = config_dir / f'{row_id}.py'
+                write_once(path, derived_config_text(config, stage_mixers))
+                row = Row(row_id, config, str(path), spec, spec)
+            if cost_config:
+                config_dir.mkdir(parents=True, exist_ok=True)
+                write_once(config_dir / f'cost_{row.row_id}.py',
+                                 derived_config_text(cost_config, [dict(m) for m in stage_mixers]))
+            rows.append(row)
+    ids = [row.row_id for row in rows]
+    if len(set(ids)) != len(ids):
+        raise UserError('two rows of the study share a name (the same config given twice?): '
+                        f'{", ".join(sorted({i for i in ids if ids.count(i) > 1}))}')
+    return rows
+
+
+def cost_config_of(row: Row, work_dir: Path, cost_config: str | None) -> str:
+    """The config whose costs are measured for ``row``."""
+    return str(work_dir / 'configs' / f'cost_{row.row_id}.py') if cost_config else \
+        row.train_config
+
+
+def plan_runs(rows: list[Row], seeds: list[int], work_dir: Path) -> list[Run]:
+    """Every row at every seed, seeds inner (so a row's seeds finish together)."""
+    return [Run(row, seed, work_dir / 'runs' / row.row_id / f'seed{seed}')
+            for row in rows for seed in seeds]
+
+
+def resize_step(cfg: Config) -> tuple[int, tuple[int, int]]:
+    """Index and ``scale`` of the ``Resize`` step of the test pipeline."""
+    pipeline = cfg.test_dataloader.dataset.pipeline
+    for index, step in enumerate(pipeline):
+        if step.get('type') == 'Resize' and 'scale' in step:
+            return index, tuple(step['scale'])
+    raise UserError('--eval-scales other than 1 need a Resize step with a scale in '
+                    'test_dataloader.dataset.pipeline of the config')
+
+
+def scale_options(cfg: Config, scale: float) -> list[str]:
+    """``--cfg-options`` that evaluate at ``scale`` times the config's test resolution."""
+    if scale == 1:
+        return []
+    index, (width, height) = resize_step(cfg)
+    return [f'test_dataloader.dataset.pipeline.{index}.scale='
+            f'({round(width * scale)},{round(height * scale)})']

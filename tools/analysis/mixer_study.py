@@ -1,0 +1,136 @@
+"""The AFNO paper's Table 4 as one command: train, evaluate and cost every mixer, one table.
+
+For each config (default: every ``configs/segformer_*_b3_cityscapes.py``), or each config with its
+backbone mixers replaced by each ``--mixers`` spec, and each seed: train (``tools/train.py``;
+``tools/dist_train.sh`` with ``--gpus N``), evaluate the final checkpoint on val
+(``tools/test.py``, at each ``--eval-scales`` factor of the test resolution), then measure params
+and mixer / total GFLOPs (``tools/analysis/get_flops.py``) and training-step time, memory and
+inference speed of all rows in one interleaved run (``tools/analysis/benchmark_model.py``).
+Writes ``WORK_DIR/study.md`` (the table: mIoU mean ± std over seeds, costs, ratios to ESA),
+``study.csv`` (also per-seed and per-class IoU) and plots (mIoU vs mixer GFLOPs, vs step time,
+resolution transfer, AFNO sparsity sweep).
+
+Resumable: a run with a metrics JSON for every scale is skipped, an interrupted training resumes
+from its last checkpoint (``--resume``), costs already measured are kept. Run the same command
+again after a kill. ``--no-train`` evaluates only what is trained (beside a running study, or
+after ``--print-slurm`` jobs), ``--costs-only`` measures costs alone, ``--table-only`` rewrites
+the table from what is there. With ``--spectrum``, ``tools/analysis/spectrum.py`` runs on the first
+seed of every row, which adds AFNO's measured soft-shrink sparsity to the table and, when rows
+differ in ``sparsity_threshold``, the sparsity-sweep plot.
+
+Mixer specs (``--mixers``): catalogue names (``afno``, ``gfn``, ... or ``all``), one name per
+stage joined by ``+`` (``afno+afno+esa+esa``: the hybrid), settings after ``:``
+(``afno:sparsity_threshold=0.1``).
+
+Examples::
+
+    # the paper's experiment, 8 GPUs per run, 2 seeds
+    python tools/analysis/mixer_study.py --work-dir work_dirs/study_b3 --gpus 8 --seeds 0 1 \
+        --bench-args "--device cuda --crop 1024"
+    python tools/analysis/mixer_study.py --work-dir work_dirs/study_b3 --gpus 8 --print-slurm
+    # demo scale: every catalogue mixer in the demo model, costs at B3 size
+    python tools/analysis/mixer_study.py configs/demo/segformer_afno_demo.py --mixers all \
+        afno+afno+esa+esa --seeds 0 1 --work-dir work_dirs/study_demo \
+        --cfg-options train_cfg.max_iters=200 param_scheduler.1.end=200 \
+        --eval-scales 1 0.5 2 --cost-config configs/segformer_esa_b3_cityscapes.py
+"""
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from afno_seg.engine import UserError, run_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('configs', nargs='*', help='configs (default: every '
+                        'configs/segformer_*_b3_cityscapes.py)')
+    parser.add_argument('--work-dir', required=True, help='study directory (runs, logs, table)')
+    parser.add_argument('--mixers', nargs='+', help="mixer specs swapped into each config "
+                        "('all' = every catalogue mixer)")
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0])
+    parser.add_argument('--gpus', type=int, default=1, help='GPUs per training run (dist_train.sh '
+                        'above 1)')
+    parser.add_argument('--print-slurm', action='store_true', help='print the slurm_train.sh '
+                        'commands of the runs and exit')
+    parser.add_argument('--partition', default='PARTITION', help='Slurm partition for '
+                        '--print-slurm')
+    parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
+                        help='passed to every train.py / test.py run')
+    parser.add_argument('--eval-scales', type=float, nargs='+', default=[1.0],
+                        help='evaluate at these factors of the test resize scale; the first one '
+                        'is the headline column (default: 1)')
+    parser.add_argument('--cost-config', help='measure costs on this config with each row\'s '
+                                              'mixers (e.g. a B3 config for demo-scale runs)')
+    parser.add_argument('--cost-shape', type=int, nargs='+', help='get_flops.py --shape '
+                        '(default: its 1024 1024)')
+    parser.add_argument('--bench-args', default='', help='extra benchmark_model.py arguments, '
+                        'one string (e.g. "--crop 512 --batch 1 --iters 2")')
+    parser.add_argument('--bench-max-params', type=float, metavar='M', help='benchmark only '
+                        'models with at most M million parameters (FLOPs are counted for all)')
+    parser.add_argument('--no-costs', action='store_true', help='skip FLOPs and benchmark')
+    parser.add_argument('--costs-only', action='store_true', help='measure costs (and run '
+                        '--spectrum) without training or evaluating')
+    parser.add_argument('--no-benchmark', action='store_true', help='skip the benchmark only')
+    parser.add_argument('--spectrum', action='store_true', help='run tools/analysis/spectrum.py '
+                        'on the first seed of every row (AFNO sparsity column, sweep plot)')
+    parser.add_argument('--spectrum-args', default='', help='extra spectrum.py arguments')
+    parser.add_argument('--no-train', action='store_true', help='evaluate only runs whose '
+                        'training is finished; train nothing')
+    parser.add_argument('--table-only', action='store_true', help='write the table from what is '
+                        'there, run nothing')
+    args = parser.parse_args(argv)
+    for option in args.cfg_options:
+        if '=' not in option:
+            parser.error(f'--cfg-options takes KEY=VALUE, got {option!r}')
+    return args
+
+
+def main(argv=None) -> None:
+    from afno_seg.analysis.study import StudyOptions, run_study, slurm_commands
+    from afno_seg.analysis.study_plan import plan_rows, plan_runs
+    from afno_seg.analysis.study_table import write_study_outputs
+    from afno_seg.mixers import mixer_variants
+    args = parse_args(argv)
+    configs = args.configs or sorted(str(p) for p in ROOT.glob('configs/segformer_*_b3_'
+                                                                 'cityscapes.py'))
+    specs = args.mixers
+    if specs and 'all' in specs:
+        at = specs.index('all')
+        specs = specs[:at] + sorted(mixer_variants()) + specs[at + 1:]
+    options = StudyOptions(
+        args.work_dir, args.seeds, args.gpus, args.cfg_options, args.eval_scales,
+        args.cost_config, args.cost_shape, args.bench_args, not args.no_costs,
+        not args.no_benchmark, args.spectrum, args.spectrum_args, args.partition,
+        runs=not args.costs_only, bench_max_params_m=args.bench_max_params,
+        train=not args.no_train)
+    options.work_dir.mkdir(parents=True, exist_ok=True)
+    rows = plan_rows(configs, specs, options.work_dir, args.cost_config)
+    runs = plan_runs(rows, args.seeds, options.work_dir)
+    if args.print_slurm:
+        print('\n'.join(slurm_commands(runs, options)))
+        return
+    command = shlex.join(['python', 'tools/analysis/mixer_study.py',
+                          *(sys.argv[1:] if argv is None else argv)])
+    print(f'{len(rows)} rows x {len(args.seeds)} seeds = {len(runs)} runs in {options.work_dir}',
+          flush=True)
+    failed = 0
+    if not args.table_only:
+        counts = run_study(rows, runs, options)
+        print(f"trained {counts['trained']}, evaluated {counts['evaluated']}, skipped "
+              f"{counts['skipped']} finished runs", flush=True)
+        if counts.get('failed'):
+            failed = counts['failed']
+    for path in write_study_outputs(rows, runs, options, command):
+        print(f'wrote {path}')
+    print((options.work_dir / 'study.md').read_text())
+    if not args.table_only and failed:
+        raise UserError(f'{failed} step(s) failed (FAILED lines above; logs in '
+                        f'{options.work_dir / "logs"}); run the same command again to retry them')
+
+
+if __name__ == '__main__':
+    sys.exit(run_tool(main))
