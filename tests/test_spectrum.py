@@ -6,8 +6,13 @@ import torch.nn.functional as F
 
 import afno_seg  # noqa: F401  (registers the mixers)
 from afno_seg.analysis.receptive_field import effective_receptive_fields, erf_radius
-from afno_seg.analysis.spectrum import (MixerProbe, afno_shrink_stats, gfn_filters,
-                                        radial_band_index, radial_energy)
+from afno_seg.analysis.spectrum import (
+    MixerProbe,
+    afno_shrink_stats,
+    gfn_filters,
+    radial_band_index,
+    radial_energy,
+)
 from afno_seg.backbones.mixer_mit import MixerMiT
 from afno_seg.mixers.afno import AFNOMixer
 from afno_seg.mixers.base import TokenMixer

@@ -16,6 +16,7 @@ from afno_seg.analysis.study import StudyOptions, train_command
 from afno_seg.analysis.study_plan import Row, Run, parse_mixer_spec, scale_options
 from afno_seg.engine.errors import UserError
 from afno_seg.mixers import mixer_variants
+
 from conftest import ROOT, TINY_CONFIG, check, load_script, run_tool
 
 DEMO = str(ROOT / 'configs' / 'demo' / 'segformer_afno_demo.py')

@@ -22,9 +22,9 @@ def load_model(config: str, checkpoint: str | None, cfg_options: dict | None = N
     from mmengine.model.utils import revert_sync_batchnorm
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
+    from mmseg.registry import MODELS
 
     import afno_seg  # noqa: F401  (registers the mixers, the checkpoint loader)
-    from mmseg.registry import MODELS
     if not Path(config).is_file():
         raise UserError(f'config file not found: {config}')
     if checkpoint is not None and not Path(checkpoint).is_file():

@@ -82,8 +82,13 @@ def main(argv=None) -> None:
     import torch
 
     from afno_seg.analysis.spectrum_plots import plot_run
-    from afno_seg.analysis.spectrum_run import (analyze_model, default_images, load_images,
-                                                load_model, write_results)
+    from afno_seg.analysis.spectrum_run import (
+        analyze_model,
+        default_images,
+        load_images,
+        load_model,
+        write_results,
+    )
     torch.set_grad_enabled(True)
     model, cfg = load_model(args.config, args.checkpoint, args.cfg_options)
     paths = args.images or default_images(cfg, args.num_images)
