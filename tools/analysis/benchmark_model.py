@@ -313,6 +313,8 @@ def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[
 
 
 def main(argv=None) -> int:
+    from afno_seg.deployment.startup import quiet_known_warnings
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
 

@@ -43,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> dict:
+    from afno_seg.deployment.startup import quiet_known_warnings
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     from afno_seg.analysis.report import breakdown_markdown, summarize, write_report
     args = parse_args(argv)
     shape = image_shape(args.shape)

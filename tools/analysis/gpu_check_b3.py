@@ -144,6 +144,8 @@ def write_results(rows: list[dict], args: argparse.Namespace, device: torch.devi
 
 
 def main(argv=None) -> int:
+    from afno_seg.deployment.startup import quiet_known_warnings
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
 

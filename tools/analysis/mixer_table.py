@@ -106,6 +106,8 @@ def run_configs(args) -> tuple[dict, str]:
 
 
 def main(argv=None) -> dict:
+    from afno_seg.deployment.startup import quiet_known_warnings
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     from afno_seg.analysis.report import write_report
     args = parse_args(argv)
     payload, markdown = run_sweep(args) if args.sweep else run_configs(args)

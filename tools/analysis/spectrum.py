@@ -75,6 +75,8 @@ def compare(args) -> None:
 
 
 def main(argv=None) -> None:
+    from afno_seg.deployment.startup import quiet_known_warnings
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
     if args.compare:
         compare(args)
