@@ -76,9 +76,7 @@ class EfficientSelfAttentionMixer(TokenMixer):
                  norm_cfg: dict | None = None,
                  init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
-        if embed_dims % num_heads != 0:
-            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads '
-                             f'({num_heads})')
+        self.check_heads(embed_dims, num_heads)
         if sr_ratio < 1:
             raise ValueError(f'sr_ratio must be >= 1, got {sr_ratio}')
         self.num_heads = num_heads

@@ -67,9 +67,7 @@ class AxialAttentionMixer(TokenMixer):
                  proj_drop_rate: float = 0.,
                  init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
-        if embed_dims % num_heads != 0:
-            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads '
-                             f'({num_heads})')
+        self.check_heads(embed_dims, num_heads)
         self.num_heads = num_heads
         self.attn_drop_rate = attn_drop_rate
         self.qkv_height = nn.Linear(embed_dims, 3 * embed_dims, bias=qkv_bias)

@@ -80,6 +80,13 @@ class TokenMixer(BaseModule):
         raise NotImplementedError
 
     @staticmethod
+    def check_heads(embed_dims: int, num_heads: int) -> None:
+        """Attention mixers split the channels into heads: ``num_heads`` must divide them."""
+        if num_heads < 1 or embed_dims % num_heads != 0:
+            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads '
+                             f'({num_heads})')
+
+    @staticmethod
     def check_tokens(x: Tensor, hw_shape: tuple[int, int]) -> tuple[int, int]:
         """Validate ``x`` against ``hw_shape`` and return ``(H, W)``."""
         height, width = hw_shape

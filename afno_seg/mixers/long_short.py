@@ -98,9 +98,7 @@ class LongShortAttentionMixer(TokenMixer):
                  norm_cfg: dict | None = None,
                  init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
-        if embed_dims % num_heads != 0:
-            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads '
-                             f'({num_heads})')
+        self.check_heads(embed_dims, num_heads)
         if window_size < 1 or num_landmarks < 1:
             raise ValueError(f'window_size and num_landmarks must be >= 1, got {window_size} '
                              f'and {num_landmarks}')
