@@ -76,7 +76,9 @@ def test_killed_worker_is_named_with_its_sample(tiny_demo_data, tmp_path):
     previous = signal.getsignal(signal.SIGTERM)
     error, elapsed = train_until_failure(runner)
     assert signal.getsignal(signal.SIGTERM) is previous  # the stop handlers are released
-    torch_message = next(str(e) for e in _chain(error) if 'DataLoader worker' in str(e))
+    chain = [f'{type(e).__name__}: {e}' for e in _chain(error)]
+    torch_message = next((str(e) for e in _chain(error) if 'DataLoader worker' in str(e)), None)
+    assert torch_message is not None, chain
     assert torch_message.startswith('DataLoader worker (pid')  # PyTorch's: only a pid
     message = explain_worker_failure(error)
     guard = runner.train_dataloader.worker_init_fn

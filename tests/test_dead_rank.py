@@ -73,10 +73,11 @@ def test_sigkilled_rank_without_restarts_every_process_names_it_and_exits(tiny_d
                      r'iteration 5 \(.*\): rank 1 \(pid (\d+)\) is no longer running\. ',
                      result.output)
     assert line, result.output[-4000:]
-    # torchrun's summary: rank 1 was the first failure, killed by SIGKILL.
-    root_cause = result.output.split('Root Cause (first observed failure):')[1]
-    assert 'rank      : 1 (local_rank: 1)' in root_cause
-    assert f'exitcode  : -9 (pid: {line[1]})' in root_cause
+    # torchrun's summary lists rank 1 as killed by SIGKILL. Which failure it observed first (its
+    # 'Root Cause') is a race on a loaded machine: rank 0 exits about a second after the kill.
+    summary = result.output.split('Failures:')[-1]
+    assert re.search(r'rank      : 1 \(local_rank: 1\)\n\s+exitcode  : -9 \(pid: '
+                     + line[1] + r'\)', summary), summary
     assert complete_checkpoint_named_by(tmp_path / 'work') == 4
     assert elapsed < 300
 
