@@ -166,10 +166,25 @@ def write_csv(records: list[dict], path: Path) -> None:
                              for k, v in record.items()})
 
 
-def _scatter(records, x_key, x_label, path, scale_key, log_x=False) -> bool:
+def _pyplot():
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, ax, path) -> bool:
+    """Grid, tight layout, write ``path`` at 120 dpi and free the figure."""
+    import matplotlib.pyplot as plt
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _scatter(records, x_key, x_label, path, scale_key, log_x=False) -> bool:
+    plt = _pyplot()
     points = [r for r in records if r.get(x_key) == r.get(x_key) and r.get(x_key) is not None
               and r.get(scale_key) == r.get(scale_key)]
     if not points:
@@ -184,17 +199,11 @@ def _scatter(records, x_key, x_label, path, scale_key, log_x=False) -> bool:
         ax.set_xscale('log')
     ax.set_xlabel(x_label)
     ax.set_ylabel('mIoU (%), mean ± std over seeds')
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path)
 
 
 def _transfer_plot(records, options, path) -> bool:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     scales = sorted(options.eval_scales)
     if len(scales) < 2:
         return False
@@ -208,17 +217,11 @@ def _transfer_plot(records, options, path) -> bool:
     ax.set_xlabel('evaluation resolution / training-time val resolution')
     ax.set_ylabel('mIoU (%)')
     ax.legend(fontsize=7, ncol=2)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path)
 
 
 def _sweep_plot(records, options, path) -> bool:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     points = sorted((r for r in records if r.get('afno_lambda') is not None),
                     key=lambda r: r['afno_lambda'])
     if len({r['afno_lambda'] for r in points}) < 2:
@@ -237,12 +240,8 @@ def _sweep_plot(records, options, path) -> bool:
               label='sparsity')
     twin.set_ylabel('spectral coefficients zeroed (%)', color='C3')
     twin.set_ylim(0, 100)
-    ax.grid(alpha=0.3)
     ax.set_title('AFNO: accuracy and measured sparsity against lambda')
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return _save(fig, ax, path)
 
 
 def write_plots(records: list[dict], options, out_dir: Path) -> list[Path]:
