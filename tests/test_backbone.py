@@ -16,15 +16,13 @@ from mmseg.models.backbones import MixVisionTransformer
 import afno_seg.backbones  # noqa: F401  (registers MixerMiT)
 import afno_seg.mixers  # noqa: F401  (registers the mixers)
 from afno_seg.backbones import MixerMiT, official_to_mmseg
-from afno_seg.mixers import example_cases, stage_grids
+from afno_seg.mixers import example_configs, stage_grids
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny MiT: widths 16, 32, 64, 128 (heads 1, 2, 4, 8), one layer per stage.
 TINY = dict(embed_dims=16, num_layers=[1, 1, 1, 1], num_heads=[1, 2, 4, 8])
 # Every mixer of the catalogue, as its example case configures it (stage arguments filled in).
-EVERY_MIXER = {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
-                                                   if k != 'embed_dims'})
-               for case_id, cls, kwargs in example_cases()}
+EVERY_MIXER = example_configs()
 # The mixers that the tests below single out.
 MIXERS = {
     'esa': dict(type='EfficientSelfAttentionMixer'),

@@ -29,7 +29,7 @@ import afno_seg  # noqa: F401
 from afno_seg.backbones.mit_checkpoint import load_pretrained_mit
 from afno_seg.backbones.mixer_vit import MixerViT
 from afno_seg.engine import DataRootError, check_data_roots, check_model_types
-from afno_seg.mixers import example_cases
+from afno_seg.mixers import example_configs
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
 
 from conftest import ROOT, TINY_CONFIG, check, load_script, metrics_of, run_tool
@@ -43,9 +43,7 @@ SHRINK_OPTIONS = {'model.backbone.embed_dims': 16, 'model.head.in_channels': 128
                   'model.backbone.drop_path_rate': 0.0}
 SHRINK = [f'{key}={value}' for key, value in SHRINK_OPTIONS.items()]
 # Every mixer of the catalogue as its example case configures it, plus the names used below.
-EVERY_MIXER = {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
-                                                   if k != 'embed_dims'})
-               for case_id, cls, kwargs in example_cases()}
+EVERY_MIXER = example_configs()
 MIXERS = {
     'afno': dict(type='AFNOMixer', num_blocks=4),
     'gfn': dict(type='GlobalFilterMixer'),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..mixers.catalogue import build_mixer, mixer_catalogue, stage_arguments
+from ..mixers.catalogue import build_mixer, find_variant, mixer_catalogue, stage_arguments
 from .benchmarking import (
     Candidate,
     autocast_factory,
@@ -63,7 +63,7 @@ def attention_names() -> list[str]:
 
 
 def build_stage_mixer(name: str, stage: Stage, hw: tuple[int, int]) -> torch.nn.Module:
-    entry = next(e for e in mixer_catalogue(include_unlisted=True) if e.name == name)
+    entry = find_variant(name)
     args = stage_arguments(stage.channels, stage.heads, min(stage.sr_ratio, *hw), hw)
     return build_mixer(entry.config, **args)
 
@@ -72,8 +72,8 @@ def flop_exponent(name: str, stage: Stage, grid: int) -> float:
     """Analytic growth of the mixer's FLOPs from ``grid`` to ``2 grid`` (4x the tokens), as a
     power of the tokens: about 1 for the Fourier mixers, 2 for full attention."""
     with torch.device('meta'):
-        small = sum(build_stage_mixer(name, stage, (grid, grid)).flops((grid, grid)).values())
-        large = sum(build_stage_mixer(name, stage, (grid, grid)).flops((2 * grid, ) * 2).values())
+        mixer = build_stage_mixer(name, stage, (grid, grid))
+    small, large = (sum(mixer.flops((n, n)).values()) for n in (grid, 2 * grid))
     return max(1.0, min(2.5, math.log(large / small) / math.log(4)))
 
 

@@ -12,6 +12,7 @@ from .catalogue import (
     build_mixer,
     catalogue_markdown,
     example_cases,
+    example_configs,
     example_mixer,
     find_variant,
     mixer_catalogue,
@@ -23,6 +24,7 @@ from .catalogue import (
 )
 
 __all__ = ['TokenMixer', 'Variant', 'build_mixer', 'catalogue_markdown', 'example_cases',
+           'example_configs',
            'example_mixer',
            'find_variant', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
            'registered_mixers', 'stage_arguments', 'stage_grids']

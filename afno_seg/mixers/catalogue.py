@@ -22,7 +22,7 @@ from ..registry import MMSEG_MODELS
 from .base import TokenMixer, Variant
 
 __all__ = ['MixerVariant', 'build_mixer', 'catalogue_markdown', 'declared', 'example_cases',
-           'example_mixer',
+           'example_configs', 'example_mixer',
            'find_variant', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
            'registered_mixers', 'stage_arguments', 'stage_grids']
 
@@ -106,6 +106,14 @@ def example_cases() -> list[tuple[str, type, dict]]:
             kwargs = dict(embed_dims=EXAMPLE_EMBED_DIMS, **copy.deepcopy(args))
             cases.append((cls.__name__ + (f'-{suffix}' if suffix else ''), cls, kwargs))
     return cases
+
+
+def example_configs() -> dict[str, dict]:
+    """Case id -> mixer config (``dict(type=..., **example args)``, no ``embed_dims``: the
+    backbone fills in each stage's width) of every :func:`example_cases` case."""
+    return {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
+                                                if k != 'embed_dims'})
+            for case_id, cls, kwargs in example_cases()}
 
 
 def example_mixer(name: str | type, embed_dims: int = EXAMPLE_EMBED_DIMS) -> TokenMixer:
