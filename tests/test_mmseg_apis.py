@@ -31,7 +31,8 @@ from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
 from conftest import TINY_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT.parent / 'shared' / 'data' / 'cityscapes_sample'
+SAMPLE = Path(os.environ.get('AFNO_SEG_CITYSCAPES_SAMPLE',
+                             ROOT.parent / 'shared' / 'data' / 'cityscapes_sample'))
 FRAME = SAMPLE / 'leftImg8bit' / 'val' / 'frankfurt' / 'frankfurt_000000_000294_leftImg8bit.png'
 
 
