@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..mixers.catalogue import build_mixer, find_variant, mixer_catalogue, stage_arguments
+from ..backbones.stage import build_mixer, stage_arguments
+from ..mixers.catalogue import find_variant, mixer_catalogue
 from .benchmarking import (
     Candidate,
     autocast_factory,
@@ -91,7 +92,7 @@ class _BareRoundTrip(torch.autograd.Function):
 
 
 def _round_trip(x, hw_shape):
-    from afno_seg.mixers.spectral import irfft2_to_tokens, rfft2_of_tokens
+    from afno_seg.mixers.spectral_fast import irfft2_to_tokens, rfft2_of_tokens
     return irfft2_to_tokens(rfft2_of_tokens(x, hw_shape), hw_shape)
 
 

@@ -24,10 +24,10 @@ from mmseg.models.backbones.mit import MixFFN
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
 
-from ..mixers.catalogue import build_mixer, stage_arguments, stage_grids
 from ..registry import register_model
 from .encoder_layer import MixerLayer, init_mixer_weights
 from .mit_checkpoint import load_pretrained_mit
+from .stage import build_mixer, stage_arguments, stage_grids
 
 __all__ = ['ARCH_SETTINGS', 'MixerEncoderLayer', 'MixerMiT']
 

@@ -80,8 +80,6 @@ class LongShortAttentionMixer(TokenMixer):
                               dict(window_size=8, num_landmarks=32))}
     example_args = dict(num_heads=2, window_size=2, num_landmarks=4)
     extra_examples = {'odd-window': dict(num_heads=2, window_size=3, num_landmarks=3)}
-    spectral = False
-    stores_grid = False
     flop_terms = ('qkv', 'dynamic_projection', 'long_range_kv', 'attention', 'proj')
     # The window grid (rows, cols of windows and their padding) is sized in Python from H, W:
     # torch.export fixes it at the example's size (onnxruntime then fails on other sizes).
