@@ -3,7 +3,7 @@
 The machinery of ``tools/analysis/benchmark_mixers.py`` (its docstring has the method). The
 mixers are the catalogue's variants (:func:`afno_seg.mixers.mixer_catalogue`: listed ones by
 default, references such as ``afno-composed`` by name), built for each stage with
-:func:`~afno_seg.mixers.build_mixer` and the stage's arguments (GFN's filter stored at the
+:func:`~afno_seg.backbones.stage.build_mixer` and the stage's arguments (GFN's filter stored at the
 measured grid, as when training at that crop; ESA's reduction capped by the grid); next to them
 the reference workloads (the bare FFT round trip, matmuls, a copy).
 """
