@@ -40,7 +40,8 @@ class AFNOMixer(TokenMixer):
 
     Shapes: ``(B, H*W, C) -> (B, H*W, C)``, any H, W. Parameters (released layout, index 0 real,
     1 imaginary): ``w1 (2, k, d, f d)``, ``b1 (2, k, f d)``, ``w2 (2, k, f d, d)``,
-    ``b2 (2, k, d)``. Cost (:meth:`flops`): ``2 rfft2`` plus ``2 * 8 C f C / k`` per kept mode.
+    ``b2 (2, k, d)``: ``4 f C^2 / k + 2 (f + 1) C`` reals. Cost (:meth:`flops`): ``2 rfft2``
+    plus ``2 * 8 C f C / k`` per kept mode.
 
     Args:
         embed_dims (int): Channels C; divisible by ``num_blocks``.
