@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from afno_seg.mixers import AFNOMixer, FNetMixer, FNOMixer, GlobalFilterMixer
 from afno_seg.mixers import fnet as fnet_module
+from afno_seg.mixers.afno_fast import afno_real_arithmetic
 from afno_seg.mixers.spectral import SpectralBand, run_in_fp32, signed_frequencies
 
 
@@ -411,6 +412,38 @@ def test_low_precision_module_runs_spectral_work_in_fp32(build):
     reference = copy.deepcopy(mixer).float()(x.float(), hw)  # same (bf16-rounded) weights
     relative = (out.float() - reference).norm() / reference.norm()
     assert relative < 1e-2  # only the output's rounding to bf16 (2^-9 relative) remains
+
+
+def outputs_and_gradients(fn, inputs, seed=1):
+    out = fn(*inputs)
+    grad = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(seed))
+    return out, torch.autograd.grad(out, inputs, grad)
+
+
+@pytest.mark.parametrize('case', ['afno-onnx-split', 'afno-onnx-magnitude', 'fnet-matmul'])
+def test_export_and_matmul_forms_equal_the_formula_with_gradients(case):
+    """Forward and gradients in float64 (the fused paths: tests/test_benchmarks.py)."""
+    hw = (6, 7)
+    x = grid_tokens(2, hw, 16, dtype=torch.float64).requires_grad_()
+    if case == 'fnet-matmul':
+        fast, plain = (lambda t, m=FNetMixer(16, dft_matmul=flag): m(t, hw)
+                       for flag in (True, False))
+        inputs = (x,)
+    else:
+        shrink = case.split('-')[-1]
+        mixer = scaled_afno(std=0.4, shrink=shrink, hard_thresholding_fraction=0.5,
+                            fused=False).double()
+        band, params = SpectralBand.fraction(hw, 0.5), tuple(mixer.parameters())
+        inputs = (x, *params)
+        fast = lambda t, *w: afno_real_arithmetic(t, hw, band, w, mixer.sparsity_threshold,  # noqa: E731
+                                                   shrink)
+        plain = lambda t, *w: torch.func.functional_call(  # noqa: E731
+            mixer, dict(zip(['w1', 'b1', 'w2', 'b2'], w)), (t, hw))
+    (out, grads), (ref, ref_grads) = (outputs_and_gradients(f, inputs) for f in (fast, plain))
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    for got, expected in zip(grads, ref_grads):
+        torch.testing.assert_close(got, expected, atol=1e-11, rtol=1e-9)
+    assert (out - x).abs().max() > 1e-3 and all(g.abs().sum() > 0 for g in grads)
 
 
 # ------------------------------------------------------------------------------ arguments

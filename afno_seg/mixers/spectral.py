@@ -7,8 +7,9 @@ Spectral work runs in float32 with autocast off (:func:`run_in_fp32`): CPU FFTs 
 kernels and cuFFT's need power-of-two sizes.
 
 :func:`rfft2` and :func:`irfft2` (with a band: only its rows and columns) and :func:`fft3` are the
-only transforms the mixers call; ``fast=True`` swaps in :mod:`.spectral_fast`'s adjoint-gradient
-versions (same values, cheaper backward).
+transforms the mixers' formulas call, and the only ones run during ONNX export (the fused
+training paths are not taken there); ``fast=True`` swaps in :mod:`.spectral_fast`'s
+adjoint-gradient versions (same values, cheaper backward).
 
 References:
     Guibas et al., arXiv:2111.13587 (AFNO). Li et al., arXiv:2010.08895 (FNO).
