@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -212,8 +211,3 @@ def wait_for(condition, process, timeout=180.0) -> bool:
         time.sleep(0.005)
     raise TimeoutError('training made no progress')
 
-
-def copy_work_dir(source: Path, target: Path) -> Path:
-    """A private copy of a shared work dir (``tiny_trained``) for a test that writes into it."""
-    shutil.copytree(source, target)
-    return target
