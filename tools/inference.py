@@ -25,6 +25,7 @@ from afno_seg.deployment import (
 )
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
 
 
 def parse_args(argv=None):
@@ -46,6 +47,7 @@ def parse_args(argv=None):
     parser.add_argument('--no-progress', action='store_true', help='no progress bar')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
+    add_trust_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -58,7 +60,9 @@ def main(argv=None) -> None:
         raise UserError('--backend onnxruntime and --onnx FILE go together')
     files = collect_inputs(args.inputs)  # bad inputs fail before the model is built
     session = onnx_session(args.onnx, device=args.device) if args.onnx else None
-    model = load_segmentor(args.config, args.checkpoint, args.device, args.cfg_options, args.mode)
+    with trusted_checkpoints(args.trust_checkpoint):
+        model = load_segmentor(args.config, args.checkpoint, args.device, args.cfg_options,
+                               args.mode)
     if session is not None:
         use_onnxruntime(model, session, args.onnx)
     meta = dict(config=args.config, checkpoint=args.checkpoint, backend=args.backend,
