@@ -53,7 +53,8 @@ SAFETENSORS_META_KEY = 'afno_seg.meta'
 #: ``rng_state``: NumPy's generator state, an ``ndarray``) need beyond torch's own allowlist.
 #: NumPy 2 pickles ``numpy._core``; files written under NumPy 1 name ``numpy.core``.
 ALLOWED_GLOBALS = {
-    'mmengine.logging.history_buffer.HistoryBuffer': 'mmengine.logging.history_buffer:HistoryBuffer',
+    'mmengine.logging.history_buffer.HistoryBuffer':
+        'mmengine.logging.history_buffer:HistoryBuffer',
     'numpy._core.multiarray._reconstruct': 'numpy:_core.multiarray._reconstruct',
     'numpy.core.multiarray._reconstruct': 'numpy:_core.multiarray._reconstruct',
     'numpy._core.multiarray.scalar': 'numpy:_core.multiarray.scalar',
@@ -61,8 +62,36 @@ ALLOWED_GLOBALS = {
     'numpy.ndarray': 'numpy:ndarray',
     'numpy.dtype': 'numpy:dtype',
 }
+# NumPy 2 rebuilds a dtype as an instance of its class (numpy.dtypes.Float64DType, ...), which
+# the restricted unpickler must be allowed to BUILD (they are not GLOBALs of the pickle, so
+# get_unsafe_globals_in_checkpoint does not list them). A tiny training run's checkpoint holds
+# Float64 and Int64 (logged scalars) and UInt32 (NumPy's RNG state); which scalars a run logs
+# depends on its metrics, so every fixed-size numeric and the bool dtype class is allowed.
+ALLOWED_GLOBALS.update({f'numpy.dtypes.{kind}DType': f'numpy:dtypes.{kind}DType' for kind in (
+    'Bool', 'Float16', 'Float32', 'Float64', 'Int8', 'Int16', 'Int32', 'Int64', 'UInt8',
+    'UInt16', 'UInt32', 'UInt64')})
+
+#: ``HistoryBuffer`` pickles its statistics methods as ``getattr(HistoryBuffer, 'mean')``
+#: (protocol 2 has no name for a method). ``builtins.getattr`` itself would hand the pickle any
+#: attribute of any allowed object, so the name is bound to :func:`_history_buffer_method`.
+HISTORY_BUFFER_METHODS = ('current', 'max', 'mean', 'min')
+
+
+def _history_buffer_method(owner, name: str):
+    """The ``getattr`` a checkpoint may call: one of HistoryBuffer's own statistics methods."""
+    from mmengine.logging import HistoryBuffer
+    if owner is not HistoryBuffer or name not in HISTORY_BUFFER_METHODS:
+        raise pickle.UnpicklingError(
+            f'Unsupported global: GLOBAL builtins.getattr on {owner!r}, {name!r} (only '
+            f'HistoryBuffer.{"/".join(HISTORY_BUFFER_METHODS)} are allowed)')
+    return getattr(HistoryBuffer, name)
+
 
 _GLOBAL_IN_ERROR = re.compile(r'GLOBAL (\S+)')
+# What torch's restricted unpickler says about a pickle that asks for more than data (as opposed
+# to a damaged file): a global outside the allowlist, or an opcode it does not run.
+_UNSAFE_MARKERS = ('GLOBAL ', 'Unsupported operand', 'unrecognized function',
+                   'Can only create new object')
 _trusted = False  # inside trusted_checkpoints(True): the one command's opt-in
 
 
@@ -86,7 +115,7 @@ def _resolve(target: str):
 
 def _allowlist() -> list[tuple[Callable, str]]:
     """``(object, pickled name)`` pairs for ``torch.serialization.safe_globals``."""
-    pairs = []
+    pairs = [(_history_buffer_method, 'builtins.getattr')]
     for name, target in ALLOWED_GLOBALS.items():
         obj = _resolve(target)
         if obj is not None:  # e.g. a dtype class this NumPy does not have
@@ -122,6 +151,11 @@ def _check_exists(filename: str) -> str:
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {filename}')
     return path
+
+
+def _is_unsafe(error: Exception) -> bool:
+    return isinstance(error, pickle.UnpicklingError) and any(
+        marker in str(error) for marker in _UNSAFE_MARKERS)
 
 
 def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
@@ -191,9 +225,9 @@ def load_checkpoint_file(filename: str, map_location='cpu') -> dict:
     try:
         with torch.serialization.safe_globals(_allowlist()):
             return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise _refusal(filename, error) from None
     except Exception as error:  # noqa: BLE001  RuntimeError, EOFError, ... of a broken file
+        if _is_unsafe(error):
+            raise _refusal(filename, error) from None
         raise _unreadable(filename, error) from error
 
 
@@ -215,9 +249,9 @@ def check_checkpoint_file(filename: str) -> None:
     try:
         with torch.serialization.safe_globals(_allowlist()):
             torch.load(path, map_location='cpu', weights_only=True, mmap=True)
-    except pickle.UnpicklingError as error:
-        raise _refusal(filename, error) from None
-    except Exception:  # noqa: BLE001  (diagnosed by the full load)
+    except Exception as error:  # noqa: BLE001  (a damaged file is diagnosed by the full load)
+        if _is_unsafe(error):
+            raise _refusal(filename, error) from None
         load_checkpoint_file(filename)
 
 

@@ -29,8 +29,9 @@ from .errors import UserError
 __all__ = ['CheckpointFitHook', 'CheckpointMismatchError', 'FitReport', 'check_fit',
            'fit_report', 'fit_summary', 'load_weights', 'state_dict_of']
 
-#: A backbone mixer tensor: MixerMiT ``layers.{stage}.1.{j}.attn.*``, MixerViT ``layers.{j}.attn.*``.
-MIXER_KEY = re.compile(r'^(?:module\.)?backbone\.layers\.\d+\.(?:1\.)?\d+\.attn\.(.+)$')
+#: A backbone mixer tensor: MixerMiT ``layers.{stage}.1.{j}.attn.*``, MixerViT
+#: ``layers.{j}.attn.*``.
+MIXER_KEY = re.compile(r'^(?:module\.)?backbone\.layers\.\d+\.(?:1\.\d+\.)?attn\.(.+)$')
 _TIMESTAMP = re.compile(r'_\d{8}_\d{6}$')
 
 
