@@ -88,10 +88,11 @@ def _history_buffer_method(owner, name: str):
 
 
 _GLOBAL_IN_ERROR = re.compile(r'GLOBAL (\S+)')
-# What torch's restricted unpickler says about a pickle that asks for more than data (as opposed
-# to a damaged file): a global outside the allowlist, or an opcode it does not run.
-_UNSAFE_MARKERS = ('GLOBAL ', 'Unsupported operand', 'unrecognized function',
-                   'Can only create new object')
+# What torch's restricted unpickler says about a pickle that asks for more than data: a global
+# outside the allowlist or a call/object of one. ('Unsupported operand' is what random bytes
+# give too: a damaged file, reported as unreadable, and not loaded either.)
+_UNSAFE_MARKERS = ('GLOBAL ', 'unrecognized function', 'Can only create new object',
+                   'Can only build')
 _trusted = False  # inside trusted_checkpoints(True): the one command's opt-in
 
 
@@ -159,9 +160,13 @@ def _is_unsafe(error: Exception) -> bool:
 
 
 def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
-    match = _GLOBAL_IN_ERROR.search(str(error))
-    needs = (f'would import {match.group(1)} while being read' if match else
-             f'needs more than tensors and plain data to be read ({error})'.replace('\n', ' '))
+    text = str(error)
+    match = _GLOBAL_IN_ERROR.search(text)
+    if match:
+        needs = f'would import {match.group(1)} while being read'
+    else:  # torch's own words, without its advice to load with weights_only=False
+        reason = text.split('WeightsUnpickler error:')[-1].split('Check the documentation')[0]
+        needs = f'needs more than tensors and plain data to be read ({" ".join(reason.split())})'
     return UnsafeCheckpointError(
         f'refused checkpoint {filename}: it {needs}, which a checkpoint of weights never '
         f'needs (loading it could run code). If you trust this file and its source, run the '
@@ -171,8 +176,9 @@ def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
 
 def _unreadable(filename: str, error: Exception) -> CheckpointError:
     size = osp.getsize(osp.expanduser(filename))
+    kind = 'safetensors file' if is_safetensors(filename) else 'PyTorch checkpoint'
     return CheckpointError(
-        f'{filename} ({size} bytes) is not a readable checkpoint: '
+        f'{filename} ({size} bytes) is not a readable {kind}: '
         f'{type(error).__name__}: {error}. The file is truncated (an interrupted save or '
         'copy) or not a checkpoint at all; pass another one (e.g. an earlier iter_*.pth of '
         'the same work_dir).'.replace('\n', ' '))
