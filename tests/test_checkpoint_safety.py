@@ -324,6 +324,7 @@ def test_published_files_predict_as_the_original(trained, tiny_demo_data, tmp_pa
     from safetensors import safe_open
     with safe_open(str(safetensors), framework='pt') as handle:
         assert json.loads(handle.metadata()['afno_seg.meta']) == plain['meta']
+    assert load_checkpoint_file(str(safetensors))['meta'] == plain['meta']  # read back too
     images = [read_image(str(p)) for p in
               sorted((tiny_demo_data / 'leftImg8bit' / 'val').glob('*/*.png'))[:2]]
     labels = {}
