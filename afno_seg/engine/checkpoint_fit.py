@@ -97,7 +97,7 @@ def _mixer_tensor_names(keys) -> list[str]:
     for key in keys:
         m = MIXER_KEY.match(key)
         if m:
-            names.add('attn.' + re.sub(r'\.(weight|bias)$', '', m.group(1)))
+            names.add('attn.' + re.sub(r'[._](weight|bias)$', '', m.group(1)))
     return sorted(names)
 
 
