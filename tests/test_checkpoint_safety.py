@@ -152,6 +152,26 @@ def test_converter_publisher_and_library_refuse_payload(evil, tmp_path, capsys):
     assert not marker.exists()
 
 
+class Attribute:
+    """Unpickles as ``getattr(owner, name)``, as HistoryBuffer's statistics methods do."""
+
+    def __init__(self, owner, name):
+        self.owner, self.name = owner, name
+
+    def __reduce__(self):
+        return getattr, (self.owner, self.name)
+
+
+def test_getattr_reaches_history_buffer_statistics_only(tmp_path):
+    from mmengine.logging import HistoryBuffer
+    torch.save({'mean': Attribute(HistoryBuffer, 'mean')}, tmp_path / 'ok.pth')
+    assert load_checkpoint_file(str(tmp_path / 'ok.pth'))['mean'] is HistoryBuffer.mean
+    for owner, name in ((HistoryBuffer, '__init__'), (torch.Tensor, 'mean')):
+        torch.save({'x': Attribute(owner, name)}, tmp_path / 'bad.pth')
+        with pytest.raises(UnsafeCheckpointError, match='builtins.getattr'):
+            load_checkpoint_file(str(tmp_path / 'bad.pth'))
+
+
 def test_preflight_finds_every_checkpoint_a_config_reads(tmp_path):
     cfg = Config(dict(work_dir=str(tmp_path), load_from='a.pth', model=dict(backbone=dict(
         init_cfg=dict(type='Pretrained', checkpoint='mit.pth')), decode_head=dict(init_cfg=[

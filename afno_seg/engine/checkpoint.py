@@ -105,13 +105,18 @@ class UnsafeCheckpointError(CheckpointError):
 
 
 def _resolve(target: str):
+    """``'module:attribute.path'`` -> the object, or None; ``numpy._core`` is ``numpy.core``
+    under NumPy 1."""
     module, _, attribute = target.partition(':')
-    obj = importlib.import_module(module)
-    for part in attribute.split('.'):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
+    for path in dict.fromkeys((attribute, attribute.replace('_core.', 'core.', 1))):
+        obj = importlib.import_module(module)
+        for part in path.split('.'):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is not None:
+            return obj
+    return None
 
 
 def _allowlist() -> list[tuple[Callable, str]]:
