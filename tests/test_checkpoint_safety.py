@@ -251,6 +251,20 @@ def test_fine_tuning_loads_partially_with_a_summary_line(trained, monkeypatch):
     assert f"loaded {total} of the model's {total} tensors" in logged[0].splitlines()[0]
 
 
+def test_load_from_keeps_partial_loading_with_a_summary_line(trained, tiny_demo_data, tmp_path):
+    """A narrower decode head: its tensors are skipped, training runs, one line says so."""
+    main = tool('tools/train.py').main
+    assert run_tool(lambda: main([
+        TINY_CONFIG, '--work-dir', str(tmp_path), *data_options(tiny_demo_data),
+        f'load_from={trained}', 'model.decode_head.channels=16', 'train_cfg.max_iters=1',
+        'train_cfg.val_interval=100'])) == 0
+    log = next(tmp_path.glob('*/*.log')).read_text()
+    lines = [line for line in log.splitlines() if f"{trained}: loaded" in line]
+    assert len(lines) == 1
+    assert "of the model's 168 tensors, skipped " in lines[0]
+    assert ', skipped 0 ' not in lines[0] and ' 0 model tensors keep' not in lines[0]
+
+
 def test_opt_in_loads_what_the_safe_loader_refuses(trained, evil, tiny_demo_data, tmp_path,
                                                    capsys, monkeypatch):
     from afno_seg.engine import checkpoint as loader

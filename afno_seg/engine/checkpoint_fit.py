@@ -174,7 +174,7 @@ def fit_summary(model: nn.Module, checkpoint, filename: str) -> FitReport:
     skipped = len(report.unexpected) + len(report.mismatched)
     print_log(f'{filename}: loaded {len(report.loaded)} of the model\'s {report.total} tensors, '
               f'skipped {skipped} checkpoint tensors (not in the model or of another shape); '
-              f'{len(report.missing)} model tensors keep their initialisation',
+              f'{report.total - len(report.loaded)} model tensors keep their initialisation',
               logger='current', level=logging.INFO)
     return report
 
