@@ -6,7 +6,6 @@ What ``tools/analysis/get_flops.py`` and ``tools/analysis/mixer_table.py`` run p
 """
 import time
 
-from mmengine import Config
 from mmengine.registry import init_default_scope
 
 __all__ = ['analyze_config', 'build_segmentor', 'image_shape']
@@ -20,14 +19,15 @@ def image_shape(shape: list[int]) -> tuple[int, int]:
     raise ValueError(f'--shape takes H W or one size, got {shape}')
 
 
-def build_segmentor(config: str, cfg_options: dict | None = None):
-    """Build the model of ``config`` (weights are not loaded) and return ``(model, cfg)``."""
+def build_segmentor(config: str, cfg_options: dict | None = None, mixer: str | None = None):
+    """Build the model of ``config`` (a path or ``mmseg::...``; weights are not loaded), with the
+    backbone mixers of the ``--mixer`` spec ``mixer`` if given, and return ``(model, cfg)``."""
     from mmseg.registry import MODELS
 
     import afno_seg  # noqa: F401  (registers the backbone and mixers)
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+
+    from ..mixer_switch import load_switched_config
+    cfg = load_switched_config(config, mixer, cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     model = MODELS.build(cfg.model)
     if getattr(model, 'auxiliary_head', None) is not None:
@@ -36,14 +36,16 @@ def build_segmentor(config: str, cfg_options: dict | None = None):
 
 
 def analyze_config(config: str, shape: tuple[int, int], cfg_options: dict | None = None,
-                   device: str = 'cpu', real_attention: bool = False) -> dict:
-    """Build ``config`` and return :func:`afno_seg.analysis.breakdown.analyze_segmentor`'s result
-    with ``config``, ``cfg_options`` and ``trace_seconds`` added."""
+                   device: str = 'cpu', real_attention: bool = False,
+                   mixer: str | None = None) -> dict:
+    """Build ``config`` (with the ``--mixer`` spec ``mixer``) and return
+    :func:`afno_seg.analysis.breakdown.analyze_segmentor`'s result with ``config``,
+    ``cfg_options``, ``mixer`` and ``trace_seconds`` added."""
     from .breakdown import analyze_segmentor
-    model, _ = build_segmentor(config, cfg_options)
+    model, _ = build_segmentor(config, cfg_options, mixer)
     start = time.perf_counter()
     result = analyze_segmentor(model, shape, attention_stand_in=not real_attention,
                                device=device)
-    result.update(config=str(config), cfg_options=cfg_options or {},
+    result.update(config=str(config), cfg_options=cfg_options or {}, mixer=mixer,
                   trace_seconds=round(time.perf_counter() - start, 1))
     return result
