@@ -11,6 +11,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -180,6 +182,20 @@ def test_pretrained_weights_absent(tmp_path, logged):
     assert f'{tmp_path}/mit_b0.pth' in logged[0] and 'from scratch' in logged[0]
 
 
+def test_depth_scaled_cost_equals_a_full_trace():
+    """The scaling table's 1- and 2-layer traces extrapolated to B2's [3, 4, 6, 3] layers give
+    the full trace's every row and total."""
+    from afno_seg.analysis.config_cost import analyze_config, depth_scaled_cost
+    config = 'mmseg::segformer/segformer_mit-b2_8xb2-160k_ade20k-512x512.py'
+    full = analyze_config(config, (64, 64), mixer='gfn')
+    scaled = depth_scaled_cost(config, 'gfn', (64, 64))
+    assert scaled['total'] == pytest.approx(full['total'])
+    assert [(r['group'], r['component'], r['flops'], r['params']) for r in scaled['rows']] == \
+        pytest.approx([(r['group'], r['component'], r['flops'], r['params'])
+                       for r in full['rows']])
+    assert scaled['stages']['stage 3']['layers'] == full['stages']['stage 3']['layers'] == 6
+
+
 def ade_options(root: Path) -> list[str]:
     """mmseg's ADE20K B0 config shrunk: generated data, 64 px crops, 4 iterations, no workers."""
     options = ['model.data_preprocessor.size=(64,64)',
@@ -198,10 +214,14 @@ def ade_options(root: Path) -> list[str]:
 def test_ade20k_end_to_end(tmp_path):
     """Generated ADE20K-layout data -> mmseg's ADE20K B0 config with AFNO -> mIoU, a checkpoint
     and the derived config in the work_dir -> tools/inference.py with that config, no switch."""
-    from afno_seg.datasets.demo_ade20k import generate_ade20k
+    from afno_seg.datasets.demo_ade20k import ade20k_label_table, generate_ade20k
+    from afno_seg.datasets.demo_scene_parts import CLASSES
     data = tmp_path / 'ade'
     generate_ade20k(data, num_train=4, num_val=2, height=64, width=128, verbose=False)
-    assert len(list((data / 'annotations' / 'validation').glob('ADE_val_*.png'))) == 2
+    labels = [cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
+              for p in sorted((data / 'annotations' / 'validation').glob('ADE_val_*.png'))]
+    assert len(labels) == 2 and set(np.unique(labels)) <= set(ade20k_label_table().tolist())
+    assert ade20k_label_table()[CLASSES.index('car')] == 21  # ADE20K's "car", 1-based
     work_dir = tmp_path / 'work'
     # cwd without data/pretrained: the run says where the weights go and starts from scratch
     result = check(run_tool(str(ROOT / 'tools' / 'train.py'), ADE_B0, '--mixer', 'afno',
