@@ -63,7 +63,7 @@ def test_every_config_x_every_mixer_converts(configs, name):
         cfg = switch_mixer(copy.deepcopy(original), mixer, pretrained=False)
         backbone = cfg.model.backbone
         assert backbone.type == 'MixerMiT'
-        assert [m['type'] for m in backbone.mixers] == [mixer_variants()[mixer]['type']] * 4
+        assert backbone.mixers == [mixer_variants()[mixer]] * 4
         for key in KEPT:
             assert backbone.get(key) == source.get(key), key
         assert cfg.model.decode_head == original.model.decode_head
@@ -74,8 +74,11 @@ def test_every_config_x_every_mixer_converts(configs, name):
 
 
 def forward_cases():
-    """Every listed mixer at B0 and B1; one mixer per bigger size, rotating."""
-    cases = [(size, mixer) for size in ('b0', 'b1') for mixer in MIXERS]
+    """Every listed mixer at B0 and B1 (FNO at B1 with 4x4 modes: its dense C x C weight per
+    mode makes B1 772 M parameters, 3 GB, at the catalogue's 16x16); one mixer per bigger
+    size, rotating."""
+    cases = [(size, mixer if (size, mixer) != ('b1', 'fno') else 'fno:modes=(4,4)')
+             for size in ('b0', 'b1') for mixer in MIXERS]
     cases += [(size, MIXERS[i % len(MIXERS)]) for i, size in enumerate(SIZES[2:])]
     return cases
 
@@ -190,9 +193,10 @@ def test_depth_scaled_cost_equals_a_full_trace():
     full = analyze_config(config, (64, 64), mixer='gfn')
     scaled = depth_scaled_cost(config, 'gfn', (64, 64))
     assert scaled['total'] == pytest.approx(full['total'])
-    assert [(r['group'], r['component'], r['flops'], r['params']) for r in scaled['rows']] == \
-        pytest.approx([(r['group'], r['component'], r['flops'], r['params'])
-                       for r in full['rows']])
+    assert [(r['group'], r['component']) for r in scaled['rows']] == \
+        [(r['group'], r['component']) for r in full['rows']]
+    for key in ('flops', 'params'):  # FLOPs are sums of exact integer counts
+        assert [r[key] for r in scaled['rows']] == pytest.approx([r[key] for r in full['rows']])
     assert scaled['stages']['stage 3']['layers'] == full['stages']['stage 3']['layers'] == 6
 
 
