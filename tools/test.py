@@ -1,12 +1,14 @@
 """Evaluate a checkpoint on a config's test set, with mmseg's tools/test.py flags.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR] [--show] [--show-dir DIR]
-                         [--tta] [--format-only DIR] [--cfg-options k=v ...]
+                         [--tta] [--format-only DIR] [--mixer SPEC] [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
 
 Prints per-class IoU/Acc and mIoU (IoUMetric). ``--show-dir`` saves prediction overlays,
 ``--out`` keeps the raw prediction PNGs, ``--format-only DIR`` writes the Cityscapes test-server
 format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing metrics.
+``--mixer SPEC`` as in tools/train.py (a config a ``--mixer`` training wrote into its work_dir
+needs no switch).
 """
 import argparse
 import os
@@ -17,7 +19,10 @@ from mmengine.config import DictAction
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint_fit import CheckpointFitHook
 from afno_seg.engine.preflight import check_checkpoint
+from afno_seg.mixer_switch import resolve_config_path, switch_mixer
 
 
 def parse_args(argv=None):
@@ -38,10 +43,15 @@ def parse_args(argv=None):
         '--cfg-options', nargs='+', action=DictAction,
         help='override some settings in the used config, the key-value pair in xxx=yyy format '
         'will be merged into config file')
+    parser.add_argument('--mixer', metavar='SPEC',
+                        help='turn a SegFormer config (mmseg MixVisionTransformer or MixerMiT) '
+                        'into MixerMiT with these token mixers: afno, afno+afno+esa+esa, '
+                        'afno:sparsity_threshold=0.1 (tools/analysis/list_mixers.py lists them)')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--tta', action='store_true', help='test time augmentation')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_trust_argument(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
@@ -65,8 +75,11 @@ def trigger_visualization_hook(cfg, args) -> None:
 def main(argv=None) -> None:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
-    check_checkpoint(args.checkpoint)  # a bad file named at once, not after the Runner's log
-    cfg = load_config(args.config, args.launcher, args.cfg_options, args.work_dir)
+    if not args.trust_checkpoint:
+        check_checkpoint(args.checkpoint)  # a bad/unsafe file named at once, before the Runner
+    cfg = switch_mixer(load_config(resolve_config_path(args.config), args.launcher,
+                                   args.cfg_options, args.work_dir), args.mixer, pretrained=False,
+                       default_work_dir=args.work_dir is None)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
         trigger_visualization_hook(cfg, args)
@@ -82,7 +95,12 @@ def main(argv=None) -> None:
     if args.format_only is not None:
         cfg.test_evaluator = dict(type='CityscapesMetric', format_only=True,
                                   output_dir=args.format_only, keep_results=True)
-    build_runner(cfg, ['test_dataloader']).test()
+    runner = build_runner(cfg, ['test_dataloader'])
+    # a checkpoint that does not fit the model is refused, not evaluated with random weights
+    runner.register_hook(CheckpointFitHook(strict=True,
+                                           new_prefixes=cfg.get('checkpoint_new_keys', ())))
+    with trusted_checkpoints(args.trust_checkpoint):
+        runner.test()
 
 
 if __name__ == '__main__':
