@@ -222,6 +222,10 @@ except NonFiniteLossError as error:
     message = str(error)
 with open(out, 'w') as f:
     f.write(message)
+# As tools/train.py's torchrun children (engine.runner.run_tool): leave without interpreter
+# finalization, where gloo's threads, still held by DDP, can abort the process at exit.
+sys.stdout.flush()
+os._exit(0)
 '''
 
 
