@@ -1,4 +1,4 @@
-"""The 2-D real DFT of the spectral mixers as real matrix products (for runtimes without a fast FFT).
+"""The 2-D real DFT of the spectral mixers as real matrix products (runtimes without a fast FFT).
 
 What it computes, for a real ``x`` of shape ``(..., H, W)`` and a :class:`~.spectral.SpectralBand`
 ``band`` of that grid (default: all modes)::
@@ -13,8 +13,8 @@ float64 for the sizes at hand and cached per ``(size, kept indices, dtype, devic
 * **W, real -> complex** (forward): ``x @ [C | -S]`` with ``C[m, j] = cos(2 pi m j / W) / sqrt(W)``
   over the kept columns ``j < n_cols`` only (of the ``W // 2 + 1``): ``2 n_cols`` real
   multiply-adds per input point.
-* **H, complex -> complex** (forward): ``E @ Y``, ``E[r, h] = exp(-2 pi i k_r h / H) / sqrt(H)`` over
-  the kept rows' signed frequencies ``k_r`` (``|k| < m_h``, both signs): ``4 n_rows`` real
+* **H, complex -> complex** (forward): ``E @ Y``, ``E[r, h] = exp(-2 pi i k_r h / H) / sqrt(H)``
+  over the kept rows' signed frequencies ``k_r`` (``|k| < m_h``, both signs): ``4 n_rows`` real
   multiply-adds per point of the ``H x n_cols`` intermediate.
 * **Inverses**: ``E^H`` along H (kept rows -> all H rows), then along W the Hermitian sum
   ``x[m] = sum_j c_j (Re Z_j cos(2 pi j m / W) - Im Z_j sin(..)) / sqrt(W)`` with ``c_j = 1`` on
@@ -28,7 +28,8 @@ multiply-adds, against ``~2.5 HW log2(HW)`` FLOPs of an FFT. It falls with the b
 **Factored form** (Cooley-Tukey written as matrix products, the Monarch idea of FlashFFTConv):
 for ``n = n1 n2``, input index ``m = n2 m1 + m2`` and output index ``k = k1 + n1 k2``::
 
-    X[k1 + n1 k2] = sum_m2 exp(-2 pi i m2 k2 / n2) * exp(-2 pi i m2 k1 / n) * sum_m1 x[m] exp(-2 pi i m1 k1 / n1)
+    A[k1, m2]     = sum_m1 x[n2 m1 + m2] exp(-2 pi i m1 k1 / n1)
+    X[k1 + n1 k2] = sum_m2 A[k1, m2] exp(-2 pi i m2 k1 / n) exp(-2 pi i m2 k2 / n2)
 
 a length-``n1`` DFT (a matmul), a twiddle (element-wise), a length-``n2`` DFT (a matmul) and one
 reorder (a transpose copy): ``n1 + n2`` complex multiply-adds a point instead of ``n`` (256 =
@@ -67,7 +68,7 @@ def split_factor(n: int) -> tuple[int, int] | None:
 
 
 def direct_cost(n: int, kept: int) -> float:
-    """Complex multiply-adds a point of the direct transform of an axis of ``n`` keeping ``kept``."""
+    """Complex multiply-adds a point of the direct transform of ``n`` points keeping ``kept``."""
     return float(kept)
 
 
