@@ -70,9 +70,28 @@ def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
     else:
         runner = Runner.from_cfg(cfg)
     guard_runner_dataloaders(runner)
+    _eager_optimizer_step(runner)
     _release_stop_signals_after_training(runner)
     record_peers()
     return runner
+
+
+def _eager_optimizer_step(runner: Runner) -> None:
+    """With ``compile=True`` (mmengine compiles ``model.train_step``), the optimizer step stays
+    out of the compiled graph: the forward and its backward are compiled, ``update_params``
+    runs eagerly. Traced, the step fails in torch 2.14 on mmengine's ``ConfigDict`` param groups
+    ("'UserDefinedDictVariable' object has no attribute 'items'"), and a learning rate that
+    changes every iteration (warm-up, poly) would recompile it every iteration."""
+    build = runner.build_optim_wrapper
+
+    @functools.wraps(build)
+    def build_with_eager_step(*args, **kwargs):
+        wrapper = build(*args, **kwargs)
+        wrapper.update_params = torch.compiler.disable(wrapper.update_params)
+        return wrapper
+
+    if runner.cfg.get('compile'):
+        runner.build_optim_wrapper = build_with_eager_step
 
 
 def _release_stop_signals_after_training(runner: Runner) -> None:
