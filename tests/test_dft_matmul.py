@@ -43,6 +43,24 @@ def test_full_band_is_the_default_and_round_trip_is_identity():
 
 
 @pytest.mark.parametrize('factored', [False, True], ids=['direct', 'factored'])
+def test_fft3_equals_fftn():
+    x = torch.randn(2, 6, 5, 8, dtype=torch.float64)
+    expected = torch.fft.fftn(x, dim=(1, 2, 3), norm='ortho')
+    torch.testing.assert_close(_complex(dft_matmul.fft3(x)), expected, rtol=0, atol=1e-12)
+
+
+def test_dft_mode_switch_is_scoped():
+    assert dft_matmul.current_dft_mode() == 'op'
+    with dft_matmul.dft_mode('matmul'):
+        assert dft_matmul.current_dft_mode() == 'matmul'
+        with pytest.raises(ValueError, match='dft mode must be one of'):
+            with dft_matmul.dft_mode('fft'):
+                pass
+        assert dft_matmul.current_dft_mode() == 'matmul'
+    assert dft_matmul.current_dft_mode() == 'op'
+
+
+@pytest.mark.parametrize('factored', [False, True], ids=['direct', 'factored'])
 def test_gradients(factored):
     hw = (16, 20)
     band = SpectralBand.fraction(hw, 0.5)
@@ -78,7 +96,8 @@ def test_factoring_rule():
     assert dft_matmul.split_factor(96) == (8, 12)
     assert dft_matmul.split_factor(13) is None and dft_matmul.split_factor(18) is None
     assert dft_matmul.use_factored(256, 256, 'h')
-    assert not dft_matmul.use_factored(32, 32, 'h')  # 4 x 8: 32 vs 14 a point, under the gain
+    assert dft_matmul.use_factored(128, 128, 'h')
+    assert not dft_matmul.use_factored(64, 64, 'h')  # 8 x 8: 64 vs 18 a point, under the gain
     assert not dft_matmul.use_factored(256, 129, 'w')  # W stays direct (measured)
     assert not dft_matmul.use_factored(256, 33, 'h')  # a truncated band is cheaper direct
 

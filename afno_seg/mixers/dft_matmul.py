@@ -41,20 +41,49 @@ the factored one; W stays direct (``BENCHMARKS.md`` has the measurement).
 Gradients: plain autograd through the matmuls (the matrices are constants).
 """
 import math
+from contextlib import contextmanager
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from .spectral import SpectralBand
+if TYPE_CHECKING:  # spectral.py imports this module (its dft_mode switch)
+    from .spectral import SpectralBand
 
-__all__ = ['FACTORED_GAIN', 'FACTORED_MIN', 'Pair', 'direct_cost', 'factored_cost', 'irfft2',
-           'rfft2', 'split_factor', 'transform_cost', 'use_factored']
+__all__ = ['DFT_MODES', 'FACTORED_GAIN', 'FACTORED_MIN', 'Pair', 'current_dft_mode', 'dft_mode',
+           'direct_cost', 'factored_cost', 'fft3', 'irfft2', 'rfft2', 'split_factor',
+           'transform_cost', 'use_factored']
+
+DFT_MODES = ('op', 'matmul')
+_mode = ['op']
+
+
+@contextmanager
+def dft_mode(mode: str):
+    """Within this context the spectral mixers' transforms (``spectral.rfft2``, ``irfft2``,
+    ``fft3``) run as ``'matmul'`` (this module) or ``'op'`` (``torch.fft``, the default).
+
+    Used by the ONNX export (``tools/deployment/pytorch2onnx.py --dft``); the values are the same
+    either way (tested), only the graph differs.
+    """
+    if mode not in DFT_MODES:
+        raise ValueError(f'dft mode must be one of {DFT_MODES}, got {mode!r}')
+    previous, _mode[0] = _mode[0], mode
+    try:
+        yield
+    finally:
+        _mode[0] = previous
+
+
+def current_dft_mode() -> str:
+    """``'op'`` or ``'matmul'``: the innermost :func:`dft_mode` in effect."""
+    return _mode[0]
 
 Pair = tuple[Tensor, Tensor]
 # An axis is factored when its direct form costs at least this many times the factored one
 # (multiply-adds a point; the factored form also pays a twiddle and a reorder copy).
-FACTORED_GAIN = 3.0
+FACTORED_GAIN = 4.0
 FACTORED_MIN = 4  # both factors at least this (a factor of 2 or 3 leaves matmuls too thin)
 
 
@@ -254,7 +283,8 @@ def _idft_h(z: Pair, n: int, n_low: int, n_high: int, factored: bool) -> Pair:
 # The 2-D transforms
 
 
-def _band(band: SpectralBand | None, hw_shape: tuple[int, int]) -> SpectralBand:
+def _band(band: 'SpectralBand | None', hw_shape: tuple[int, int]) -> 'SpectralBand':
+    from .spectral import SpectralBand
     if band is None:
         return SpectralBand.fraction(hw_shape, 1.0)
     if (band.height, band.width) != tuple(hw_shape):
@@ -262,7 +292,7 @@ def _band(band: SpectralBand | None, hw_shape: tuple[int, int]) -> SpectralBand:
     return band
 
 
-def rfft2(x: Tensor, band: SpectralBand | None = None,
+def rfft2(x: Tensor, band: 'SpectralBand | None' = None,
           factored: bool | None = None) -> Pair:
     """``band.gather(torch.fft.rfft2(x, norm='ortho'))`` by matmuls, as ``(real, imag)``.
 
@@ -284,7 +314,7 @@ def rfft2(x: Tensor, band: SpectralBand | None = None,
 
 
 def irfft2(real: Tensor, imag: Tensor, hw_shape: tuple[int, int],
-           band: SpectralBand | None = None, factored: bool | None = None) -> Tensor:
+           band: 'SpectralBand | None' = None, factored: bool | None = None) -> Tensor:
     """``torch.fft.irfft2(band.scatter(real + i imag), s=hw_shape, norm='ortho')`` by matmuls.
 
     Args:
@@ -307,13 +337,28 @@ def irfft2(real: Tensor, imag: Tensor, hw_shape: tuple[int, int],
     return _irdft_w(z, width, _factor(width, band.n_cols, factored, 'w'))
 
 
+def fft3(x: Tensor) -> Pair:
+    """``torch.fft.fftn(x, dim=(-3, -2, -1), norm='ortho')`` of a real ``x`` by matmuls, as
+    ``(real, imag)`` (FNet's transform over ``(H, W, C)`` of a channels-last grid).
+
+    Three direct products, the last axis first (real in, ``2 n`` multiply-adds a point), then
+    the middle one and the first (complex, ``4 n`` each).
+    """
+    *_, height, width, channels = x.shape
+    full = lambda n: _get('h', n, n // 2 + 1, (n - 1) // 2, x)  # noqa: E731  all n, in order
+    real, imag = full(channels)  # symmetric: E^T = E
+    y = _left(full(width), (x @ real, x @ imag))
+    y = _left(full(height), _pair_map(lambda t: t.flatten(-2), y))
+    return _pair_map(lambda t: t.unflatten(-1, (width, channels)), y)
+
+
 def _factor(n: int, kept: int, factored: bool | None, axis: str) -> bool:
     if split_factor(n) is None:
         return False
     return use_factored(n, kept, axis) if factored is None else factored
 
 
-def transform_cost(hw_shape: tuple[int, int], band: SpectralBand | None = None,
+def transform_cost(hw_shape: tuple[int, int], band: 'SpectralBand | None' = None,
                    factored: bool | None = None) -> float:
     """Real multiply-adds a channel of one :func:`rfft2` (or :func:`irfft2`) takes."""
     height, width = hw_shape
