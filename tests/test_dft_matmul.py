@@ -42,7 +42,6 @@ def test_full_band_is_the_default_and_round_trip_is_identity():
     torch.testing.assert_close(dft_matmul.irfft2(*modes, (20, 14)), x, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize('factored', [False, True], ids=['direct', 'factored'])
 def test_fft3_equals_fftn():
     x = torch.randn(2, 6, 5, 8, dtype=torch.float64)
     expected = torch.fft.fftn(x, dim=(1, 2, 3), norm='ortho')
