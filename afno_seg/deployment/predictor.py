@@ -23,8 +23,8 @@ from torch import Tensor
 from ..engine.errors import UserError
 from .onnx_export import INPUT_NAME
 
-__all__ = ['OpenVinoSession', 'Prediction', 'Segmenter', 'array_pipeline', 'openvino_session',
-           'use_onnxruntime']
+__all__ = ['OpenVinoSession', 'Prediction', 'Segmenter', 'array_pipeline', 'dft_nodes',
+           'openvino_session', 'use_onnxruntime']
 
 
 @dataclass
@@ -155,11 +155,17 @@ class OpenVinoSession:
 def openvino_session(path: str, threads: int | None = None) -> OpenVinoSession:
     """The ONNX file ``path`` compiled by OpenVINO for the CPU, in float32.
 
-    OpenVINO's CPU plugin would otherwise pick bfloat16 where the processor has it (AMX, AVX-512
-    BF16), which breaks parity with PyTorch (its ``INFERENCE_PRECISION_HINT`` says which).
+    float32 explicitly: OpenVINO's CPU plugin would otherwise pick bfloat16 where the processor
+    has it (AMX, AVX-512 BF16), which breaks parity with PyTorch. A graph with ``DFT`` nodes (an
+    export with ``--dft op``) is refused: OpenVINO 2026.4's ONNX reader converts them wrongly
+    (FNet's logits off by 0.5 on the tiny test model, without an error) or not at all (AFNO, GFN:
+    shape errors); the ``--dft matmul`` export runs.
     """
     if not osp.isfile(path):
         raise UserError(f'ONNX file not found: {path}')
+    if dft_nodes(path):
+        raise UserError(f'{path} holds ONNX DFT nodes, which OpenVINO does not convert correctly; '
+                        'export it with tools/deployment/pytorch2onnx.py --dft matmul')
     try:
         import openvino
     except ImportError as error:
@@ -172,5 +178,17 @@ def openvino_session(path: str, threads: int | None = None) -> OpenVinoSession:
         core = openvino.Core()
         return OpenVinoSession(core.compile_model(core.read_model(path), 'CPU', config))
     except Exception as error:  # OpenVINO raises RuntimeError with a multi-line report
-        raise UserError(f'{path}: OpenVINO cannot compile it ({type(error).__name__}: '
-                        f'{str(error).strip().splitlines()[0]})') from error
+        text = str(error)
+        failed = [line[3:].split(' with a message')[0] for line in text.splitlines()
+                  if line.startswith('-- ')]
+        detail = (f'conversion failed for {", ".join(failed)}' if failed else
+                  [line for line in text.splitlines() if line.strip()][-1])
+        raise UserError(f'{path}: OpenVINO cannot compile it ({detail})') from error
+
+
+def dft_nodes(path: str) -> int:
+    """Number of ONNX ``DFT`` nodes in the graph of ``path`` (its local functions included)."""
+    import onnx
+    model = onnx.load(path, load_external_data=False)
+    graphs = [model.graph.node] + [function.node for function in model.functions]
+    return sum(node.op_type == 'DFT' for nodes in graphs for node in nodes)
