@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _disable_current_modes
 
 if TYPE_CHECKING:  # spectral.py imports this module (its dft_mode switch)
     from .spectral import SpectralBand
@@ -135,8 +136,16 @@ def _matrices(kind: str, n: int, a: int, b: int, dtype: torch.dtype,
     """The constant matrices of one transform kind, built in float64 then cast (cached).
 
     ``a, b``: the kept counts (``n_low, n_high`` of H's rows; ``n_cols, 0`` along W) or, for the
-    factored kinds, ``(n1, n2)``.
+    factored kinds, ``(n1, n2)``. Built with torch's dispatch modes off, so that a call during
+    an export (fake tensors, graph recording) makes real tensors: the export stores them as
+    constants, and the cache never holds a fake tensor of a finished trace.
     """
+    with _disable_current_modes():
+        return _build_matrices(kind, n, a, b, dtype, device)
+
+
+def _build_matrices(kind: str, n: int, a: int, b: int, dtype: torch.dtype,
+                    device: torch.device) -> tuple[Tensor, ...]:
     scale = 1 / math.sqrt(n)
     if kind in ('h', 'h_inv'):  # kept signed row frequencies against all n rows
         freqs = torch.cat([torch.arange(a), torch.arange(n - b, n)])
