@@ -81,7 +81,7 @@ B3_STAGE_POINTS = ((256, 256, 64), (128, 128, 128), (64, 64, 320), (32, 32, 512)
 def mixers_alone(args) -> list:
     """Each variant's mixer by itself at each point, built as the backbone builds it (stage 1
     arguments: one head, reduction 8)."""
-    from afno_seg.mixers import build_mixer
+    from afno_seg.backbones.stage import build_mixer
     results = []
     points = list(args.mixers_alone) + (list(B3_STAGE_POINTS) if args.stage_points else [])
     for height, width, channels in points:
