@@ -144,6 +144,7 @@ def test_openvino_backend_runs_the_matmul_graph(tiny_demo_data, tmp_path):
         openvino_session(str(op_file))
 
 
+@pytest.mark.slow
 def test_compile_true_trains(tiny_demo_data, tmp_path):
     """mmengine's ``compile`` switch (AFNO): dynamo traces the train step and the optimizer step
     stays eager (traced, it failed on mmengine's ConfigDict param groups). The aot_eager backend
