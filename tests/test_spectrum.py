@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 import afno_seg  # noqa: F401  (registers the mixers)
-from afno_seg.analysis.receptive_field import effective_receptive_fields, erf_radius
-from afno_seg.analysis.spectrum import (
+from afno_seg.experiments.receptive_field import effective_receptive_fields, erf_radius
+from afno_seg.experiments.spectrum import (
     MixerProbe,
     afno_shrink_stats,
     gfn_filters,

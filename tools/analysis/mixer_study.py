@@ -92,9 +92,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     from afno_seg.deployment.startup import quiet_known_warnings
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
-    from afno_seg.analysis.study import StudyOptions, run_study, slurm_commands
-    from afno_seg.analysis.study_plan import plan_rows, plan_runs
-    from afno_seg.analysis.study_table import write_study_outputs
+    from afno_seg.experiments.study import StudyOptions, run_study, slurm_commands
+    from afno_seg.experiments.study_plan import plan_rows, plan_runs
+    from afno_seg.experiments.study_table import write_study_outputs
     from afno_seg.mixers import mixer_variants
     args = parse_args(argv)
     configs = args.configs or sorted(str(p) for p in ROOT.glob('configs/segformer_*_b3_'
