@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import afno_seg  # noqa: F401  (registers the mixers)
+from afno_seg.backbones.mixer_mit import MixerMiT
 from afno_seg.experiments.receptive_field import effective_receptive_fields, erf_radius
 from afno_seg.experiments.spectrum import (
     MixerProbe,
@@ -13,7 +14,6 @@ from afno_seg.experiments.spectrum import (
     radial_band_index,
     radial_energy,
 )
-from afno_seg.backbones.mixer_mit import MixerMiT
 from afno_seg.mixers.afno import AFNOMixer
 from afno_seg.mixers.base import TokenMixer
 

@@ -12,9 +12,9 @@ import pytest
 from mmengine.config import Config
 
 from afno_seg.analysis.report import summarize
+from afno_seg.engine.errors import UserError
 from afno_seg.experiments.study import StudyOptions, train_command
 from afno_seg.experiments.study_plan import Row, Run, parse_mixer_spec, scale_options
-from afno_seg.engine.errors import UserError
 from afno_seg.mixers import mixer_variants
 
 from conftest import ROOT, TINY_CONFIG, check, load_script, run_tool
