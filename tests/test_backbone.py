@@ -16,7 +16,9 @@ from mmseg.models.backbones import MixVisionTransformer
 import afno_seg.backbones  # noqa: F401  (registers MixerMiT)
 import afno_seg.mixers  # noqa: F401  (registers the mixers)
 from afno_seg.backbones import MixerMiT, official_to_mmseg
-from afno_seg.mixers import example_configs, stage_grids
+from afno_seg.backbones.stage import stage_grids
+
+from mixer_examples import example_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny MiT: widths 16, 32, 64, 128 (heads 1, 2, 4, 8), one layer per stage.

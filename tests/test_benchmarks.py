@@ -13,7 +13,7 @@ import torch
 from afno_seg.experiments import benchmarking
 from afno_seg.experiments.mixer_benchmark import B3_STAGES, flop_exponent
 from afno_seg.mixers import AFNOMixer, GlobalFilterMixer
-from afno_seg.mixers.spectral import (
+from afno_seg.mixers.spectral_fast import (
     hermitian_column_weight,
     spectrum_to_grid,
     tokens_to_spectrum,

@@ -11,10 +11,10 @@ import afno_seg.mixers as mixers
 from afno_seg.analysis import FLOPS_PER_MAC, build_flop_analyzer, count_mixer_flops
 from afno_seg.analysis.complexity import stage1_labels
 from afno_seg.analysis.flops import NORM_OPS, is_fft_op, shape_only_attention, tracing_for_flops
-from afno_seg.mixers import example_cases
 from afno_seg.mixers.spectral import SpectralBand
 
 from conftest import TINY_CONFIG, load_script
+from mixer_examples import example_cases
 
 
 class Call(nn.Module):
@@ -162,7 +162,7 @@ def test_ffts_inside_custom_autograd_functions_are_counted():
     assert torch.equal(y.grad, 2 * y.detach())
 
 
-# Every mixer of the catalogue, each of its example cases (afno_seg.mixers.example_cases).
+# Every mixer of the catalogue, each of its example cases (mixer_examples.example_cases).
 MIXER_CASES = {case_id: (cls, kwargs) for case_id, cls, kwargs in example_cases()}
 GRIDS = [(8, 8), (6, 10), (7, 5), (16, 12)]
 

@@ -11,7 +11,6 @@ from afno_seg.analysis.flops import NORM_OPS
 from afno_seg.backbones.mixer_mit import MixerMiT
 from afno_seg.mixers.attention import FullSelfAttentionMixer
 from afno_seg.mixers.long_short import LongShortAttentionMixer
-from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
 
 EMBED_DIMS = 16
 
@@ -160,9 +159,9 @@ GRIDS = [(8, 8), (6, 10), (7, 5), (16, 12)]
 
 
 @pytest.mark.parametrize('grid', GRIDS, ids=lambda g: f'{g[0]}x{g[1]}')
-@pytest.mark.parametrize('window', [2, 3, 8])
-def test_traced_count_equals_analytic_flops(grid, window):
-    mixer = build(num_heads=2, window_size=window, num_landmarks=4, perturb=False)
+def test_traced_count_equals_analytic_flops(grid):
+    """Per term, at a window larger than some grids (windows 2 and 3: test_flops.py)."""
+    mixer = build(num_heads=2, window_size=8, num_landmarks=4, perturb=False)
     batch = 2
     counted = count_mixer_flops(mixer, grid, batch_size=batch)
     analytic = mixer.flops(grid)
@@ -204,14 +203,6 @@ def test_bad_arguments_and_shapes():
     mixer = build(num_heads=2, window_size=2, num_landmarks=4)
     with pytest.raises(ValueError, match='expected tokens of shape'):
         mixer(tokens((4, 4)), (4, 5))
-
-
-@pytest.mark.parametrize('registry', [MMSEG_MODELS, MMPRETRAIN_MODELS], ids=['mmseg', 'mmpretrain'])
-def test_builds_from_config(registry):
-    built = registry.build(dict(type='LongShortAttentionMixer', embed_dims=16, num_heads=2,
-                                **{k: v for k, v in LongShortAttentionMixer.example_args.items()
-                                   if k != 'num_heads'}))
-    assert isinstance(built, LongShortAttentionMixer) and built.window_size == 2
 
 
 def test_tiny_mixer_mit_forward_backward():

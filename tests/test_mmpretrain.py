@@ -29,10 +29,10 @@ import afno_seg  # noqa: F401
 from afno_seg.backbones.mit_checkpoint import load_pretrained_mit
 from afno_seg.backbones.mixer_vit import MixerViT
 from afno_seg.engine import DataRootError, check_data_roots, check_model_types
-from afno_seg.mixers import example_configs
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
 
 from conftest import ROOT, TINY_CONFIG, check, load_script, metrics_of, run_tool
+from mixer_examples import example_configs
 
 CONFIG_DIR = ROOT / 'configs' / 'mmpretrain'
 IMAGENET_CONFIGS = sorted(glob.glob(str(CONFIG_DIR / '*.py')))

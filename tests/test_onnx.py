@@ -20,12 +20,13 @@ from afno_seg.deployment import (
 )
 from afno_seg.engine.errors import UserError
 from afno_seg.mixers import afno as afno_module
+from afno_seg.mixers import find_variant, mixer_variants
 from afno_seg.mixers import fno as fno_module
-from afno_seg.mixers import mixer_variants
 from afno_seg.mixers.afno import AFNOMixer
-from afno_seg.mixers.afno_export import afno_real_arithmetic
+from afno_seg.mixers.afno_fast import afno_real_arithmetic
 from afno_seg.mixers.fno import FNOMixer
-from afno_seg.mixers.spectral import SpectralBand, complex_matmul_in_real_arithmetic
+from afno_seg.mixers.spectral import SpectralBand
+from afno_seg.mixers.spectral_fast import complex_matmul_in_real_arithmetic
 
 from conftest import TINY_CONFIG, check, run_tool
 
@@ -129,8 +130,7 @@ def test_mixer_exports_and_matches_onnxruntime(variant, tmp_path):
 @pytest.mark.parametrize('variant', sorted(set(mixer_variants()) - set(FAST_EXPORT)))
 def test_every_other_mixer_exports_and_matches_onnxruntime(variant, tmp_path):
     ops = check_variant_exports(variant, tmp_path)
-    spectral = MODELS.get(mixer_variants()[variant]['type']).spectral  # the catalogue's flag
-    assert ('DFT' in ops) == spectral, sorted(ops)
+    assert ('DFT' in ops) == find_variant(variant).spectral, sorted(ops)
 
 
 def save_checkpoint(model, path):

@@ -49,7 +49,7 @@ from afno_seg.engine import (
     load_config,
     remove_stale_temp_files,
 )
-from afno_seg.mixers.catalogue import declared, mixer_classes
+from afno_seg.mixers.catalogue import is_spectral, mixer_classes
 
 from conftest import ROOT, TINY_CONFIG, run_tool
 
@@ -745,7 +745,7 @@ def test_mixers_stay_finite_on_large_dynamic_range_under_bf16_autocast(mixer_cls
     out.float().square().mean().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in mixer.parameters() if p.grad is not None)
-    if declared(mixer_cls, 'spectral'):  # fp32 islands: as accurate as the token dtype allows
+    if is_spectral(mixer_cls):  # fp32 islands: as accurate as the token dtype allows
         reference = mixer(x.detach().float(), (height, width))
         error = (out.float() - reference).abs().max() / reference.abs().max()
         assert error < (1e-6 if token_dtype == torch.float32 else 1e-2), float(error)

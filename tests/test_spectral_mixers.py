@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from afno_seg.mixers import AFNOMixer, FNetMixer, FNOMixer, GlobalFilterMixer
 from afno_seg.mixers import fnet as fnet_module
+from afno_seg.mixers.afno_fast import afno_real_arithmetic
 from afno_seg.mixers.spectral import SpectralBand, run_in_fp32, signed_frequencies
 
 
@@ -208,33 +209,10 @@ def test_afno_is_not_shift_equivariant():
 
 
 # ------------------------------------------------------------------------------ AFNO
-def reference_afno(mixer, x, hw):
-    """The paper's listing in complex arithmetic, MLP on every mode, then the band mask."""
-    k, d = mixer.num_blocks, mixer.block_size
-    spectrum = rfft2_grid(x, hw).to(torch.complex128)
-    z = spectrum.reshape(*spectrum.shape[:-1], k, d)
-    w1, b1, w2, b2 = (torch.complex(p[0].double(), p[1].double())
-                      for p in (mixer.w1, mixer.b1, mixer.w2, mixer.b2))
-    split_relu = lambda t: torch.complex(t.real.relu(), t.imag.relu())  # noqa: E731
-    o1 = split_relu(torch.einsum('...ki,kio->...ko', z, w1) + b1)
-    o2 = torch.einsum('...ki,kio->...ko', o1, w2) + b2
-    lam = mixer.sparsity_threshold
-    o2 = torch.complex(torch.nn.functional.softshrink(o2.real, lam),
-                       torch.nn.functional.softshrink(o2.imag, lam)).reshape(spectrum.shape)
-    height, width = hw
-    signed = signed_frequencies(height).abs()
-    keep_rows = signed < math.ceil(mixer.hard_thresholding_fraction * (height // 2 + 1))
-    keep_cols = torch.arange(width // 2 + 1) < math.ceil(
-        mixer.hard_thresholding_fraction * (width // 2 + 1))
-    o2 = o2 * (keep_rows[:, None] & keep_cols[None, :])[None, :, :, None]
-    out = torch.fft.irfft2(o2, s=hw, dim=(1, 2), norm='ortho')
-    return x.double() + out.reshape(x.shape)
-
-
-@pytest.mark.parametrize('fraction', [1.0, 0.5])
-@pytest.mark.parametrize('hw', [(8, 8), (7, 9)])
-def test_afno_matches_complex_reference_with_released_layout(fraction, hw):
-    """Weights in the released layout load unchanged and give the paper's computation."""
+@pytest.mark.parametrize('fraction, hw', [(1.0, (8, 8)), (0.5, (7, 9))])
+def test_afno_released_layout_and_paper_formula(fraction, hw):
+    """Released-layout weights load unchanged; the MLP is ``S(ReLU(z W1 + b1) W2 + b2)`` per
+    block and mode (the paper's einsum, written out here) and the fused default equals it."""
     channels, blocks, factor = 16, 4, 2
     d = channels // blocks
     generator = torch.Generator().manual_seed(1)
@@ -245,12 +223,20 @@ def test_afno_matches_complex_reference_with_released_layout(fraction, hw):
         'b2': torch.randn(2, blocks, d, generator=generator),
     }
     mixer = AFNOMixer(channels, num_blocks=blocks, hidden_size_factor=factor,
-                      sparsity_threshold=0.3, hard_thresholding_fraction=fraction)
+                      sparsity_threshold=0.3, hard_thresholding_fraction=fraction).double()
     mixer.load_state_dict(state, strict=True)
-    assert all(torch.equal(getattr(mixer, name), value) for name, value in state.items())
-    x = grid_tokens(2, hw, channels)
-    torch.testing.assert_close(mixer(x, hw).double(), reference_afno(mixer, x, hw), atol=1e-4,
-                               rtol=1e-4)
+    modes = channels_first_modes(hw, channels).to(torch.complex128)
+    w1, b1, w2, b2 = (torch.complex(p[0].double(), p[1].double()) for p in state.values())
+    z = modes.permute(0, 2, 3, 1).reshape(*modes.shape[:1], *modes.shape[2:], blocks, d)
+    split = lambda f, t: torch.complex(f(t.real), f(t.imag))  # noqa: E731
+    o1 = split(torch.relu, torch.einsum('...ki,kio->...ko', z, w1) + b1)
+    o2 = split(lambda t: torch.nn.functional.softshrink(t, 0.3),
+               torch.einsum('...ki,kio->...ko', o1, w2) + b2)
+    torch.testing.assert_close(mixer.mode_mlp(modes), o2.flatten(-2).permute(0, 3, 1, 2))
+    x = grid_tokens(2, hw, channels, dtype=torch.float64)
+    fused = mixer(x, hw)
+    mixer.fused = False
+    torch.testing.assert_close(fused, mixer(x, hw), atol=1e-12, rtol=1e-10)
     with pytest.raises(RuntimeError):
         mixer.load_state_dict({**state, 'w1': state['w1'].transpose(2, 3)})
 
@@ -380,9 +366,8 @@ class ShapeCounter(TorchDispatchMode):
     # convention counts the real-input transform it computes at 2.5 N log2 N.
     (lambda: FNetMixer(16, dft_matmul=False), None, 0.5),
 ], ids=['afno', 'afno-truncated', 'fno', 'gfn', 'fnet-matmul', 'fnet-fft'])
-@pytest.mark.parametrize('hw', [(8, 8), (7, 9)])
-def test_analytic_flops_match_counted_ops(build, matmul_key, fft_scale, hw):
-    mixer, batch = build(), 2
+def test_analytic_flops_match_counted_ops(build, matmul_key, fft_scale):
+    mixer, batch, hw = build(), 2, (7, 9)
     counter = ShapeCounter()
     with counter, torch.no_grad():
         mixer(grid_tokens(batch, hw, 16), hw)
@@ -427,6 +412,38 @@ def test_low_precision_module_runs_spectral_work_in_fp32(build):
     reference = copy.deepcopy(mixer).float()(x.float(), hw)  # same (bf16-rounded) weights
     relative = (out.float() - reference).norm() / reference.norm()
     assert relative < 1e-2  # only the output's rounding to bf16 (2^-9 relative) remains
+
+
+def outputs_and_gradients(fn, inputs, seed=1):
+    out = fn(*inputs)
+    grad = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(seed))
+    return out, torch.autograd.grad(out, inputs, grad)
+
+
+@pytest.mark.parametrize('case', ['afno-onnx-split', 'afno-onnx-magnitude', 'fnet-matmul'])
+def test_export_and_matmul_forms_equal_the_formula_with_gradients(case):
+    """Forward and gradients in float64 (the fused paths: tests/test_benchmarks.py)."""
+    hw = (6, 7)
+    x = grid_tokens(2, hw, 16, dtype=torch.float64).requires_grad_()
+    if case == 'fnet-matmul':
+        fast, plain = (lambda t, m=FNetMixer(16, dft_matmul=flag): m(t, hw)
+                       for flag in (True, False))
+        inputs = (x,)
+    else:
+        shrink = case.split('-')[-1]
+        mixer = scaled_afno(std=0.4, shrink=shrink, hard_thresholding_fraction=0.5,
+                            fused=False).double()
+        band, params = SpectralBand.fraction(hw, 0.5), tuple(mixer.parameters())
+        inputs = (x, *params)
+        fast = lambda t, *w: afno_real_arithmetic(t, hw, band, w, mixer.sparsity_threshold,  # noqa: E731
+                                                   shrink)
+        plain = lambda t, *w: torch.func.functional_call(  # noqa: E731
+            mixer, dict(zip(['w1', 'b1', 'w2', 'b2'], w)), (t, hw))
+    (out, grads), (ref, ref_grads) = (outputs_and_gradients(f, inputs) for f in (fast, plain))
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    for got, expected in zip(grads, ref_grads):
+        torch.testing.assert_close(got, expected, atol=1e-11, rtol=1e-9)
+    assert (out - x).abs().max() > 1e-3 and all(g.abs().sum() > 0 for g in grads)
 
 
 # ------------------------------------------------------------------------------ arguments

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..mixers.catalogue import build_mixer, mixer_catalogue, stage_arguments, stage_grids
+from ..backbones.stage import build_mixer, stage_arguments, stage_grids
+from ..mixers.catalogue import mixer_catalogue
 from .flops import NORM_OPS, count_mixer_flops
 
 __all__ = ['build_stage1_mixer', 'mixer_sweep', 'plot_sweep', 'stage1_labels', 'sweep_markdown']

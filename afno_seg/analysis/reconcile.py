@@ -17,7 +17,7 @@ Run ``python -m afno_seg.analysis.reconcile`` to print the table (Markdown).
 import argparse
 
 from ..backbones.mixer_mit import ARCH_SETTINGS
-from ..mixers.catalogue import build_mixer, stage_arguments, stage_grids
+from ..backbones.stage import build_mixer, stage_arguments, stage_grids
 
 __all__ = ['PAPER', 'VARIANTS', 'b3_mixer_gflops', 'stage_grids', 'variant_table']
 

@@ -24,10 +24,10 @@ from mmseg.models.backbones.mit import MixFFN
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
 
-from ..mixers.catalogue import build_mixer, stage_arguments, stage_grids
 from ..registry import register_model
 from .encoder_layer import MixerLayer, init_mixer_weights
 from .mit_checkpoint import load_pretrained_mit
+from .stage import build_mixer, stage_arguments, stage_grids
 
 __all__ = ['ARCH_SETTINGS', 'MixerEncoderLayer', 'MixerMiT']
 
@@ -74,8 +74,8 @@ class MixerMiT(BaseModule):
         arch (str, optional): 'b0'..'b5' sets ``embed_dims``, ``num_layers`` and ``num_heads`` as in
             SegFormer; giving any of them too is an error unless it agrees. Default: None (mmseg's
             MixVisionTransformer defaults: 64, [3, 4, 6, 3], [1, 2, 4, 8]).
-        mixers (dict | Sequence[dict], optional): Mixer config for all stages, or one per stage.
-            Each is built from mmseg's MODELS with ``embed_dims`` (stage width), ``num_heads``,
+        mixers (dict | Sequence[dict], optional): Mixer config for all stages, or one per stage,
+            built by :func:`~.stage.build_mixer` with ``embed_dims`` (stage width), ``num_heads``,
             ``sr_ratio``, ``qkv_bias``, ``attn_drop_rate``, ``proj_drop_rate`` (= ``drop_rate``),
             ``norm_cfg`` and ``base_hw_shape`` (stage grid of ``base_img_size``) filled in only
             where the mixer's constructor takes them and the config leaves them out.

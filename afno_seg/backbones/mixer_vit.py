@@ -37,10 +37,10 @@ from mmpretrain.models.utils import resize_pos_embed
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
 
-from ..mixers.catalogue import build_mixer, stage_arguments
 from ..registry import register_model
 from .encoder_layer import MixerLayer, init_mixer_weights
 from .mit_checkpoint import read_checkpoint
+from .stage import build_mixer, stage_arguments
 
 __all__ = ['MixerViT', 'MixerViTLayer', 'VIT_ARCH_SETTINGS']
 
@@ -78,7 +78,7 @@ class MixerViT(BaseModule):
         arch (str | dict): 'ti', 's' or 'b' (:data:`VIT_ARCH_SETTINGS`), or a dict with
             ``embed_dims``, ``num_layers`` and ``num_heads``. Default: 's'.
         mixers (dict | Sequence[dict]): Mixer config for every layer, or one per layer, built like
-            MixerMiT's (:func:`~afno_seg.mixers.build_mixer`) with ``embed_dims``,
+            MixerMiT's (:func:`~afno_seg.backbones.stage.build_mixer`) with ``embed_dims``,
             ``num_heads``, ``sr_ratio=1``, ``qkv_bias``, ``attn_drop_rate``, ``proj_drop_rate``
             (= ``drop_rate``), ``norm_cfg`` and ``base_hw_shape`` (the patch grid of
             ``img_size``) filled in where the constructor takes them.

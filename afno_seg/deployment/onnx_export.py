@@ -5,7 +5,7 @@ the data preprocessor makes of an image: BGR->RGB, mean/std, padding), output th
 ``(1, num_classes, H, W)``; pre- and post-processing (resize to the original image, argmax) stay
 outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opset 20: FFTs as the
 ``DFT`` operator); AFNO switches to real arithmetic by itself during export
-(:mod:`afno_seg.mixers.afno_export`).
+(:mod:`afno_seg.mixers.afno_fast`).
 
 ``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
 cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a

@@ -3,7 +3,7 @@
 The machinery of ``tools/analysis/benchmark_mixers.py`` (its docstring has the method). The
 mixers are the catalogue's variants (:func:`afno_seg.mixers.mixer_catalogue`: listed ones by
 default, references such as ``afno-composed`` by name), built for each stage with
-:func:`~afno_seg.mixers.build_mixer` and the stage's arguments (GFN's filter stored at the
+:func:`~afno_seg.backbones.stage.build_mixer` and the stage's arguments (GFN's filter stored at the
 measured grid, as when training at that crop; ESA's reduction capped by the grid); next to them
 the reference workloads (the bare FFT round trip, matmuls, a copy).
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..mixers.catalogue import build_mixer, find_variant, mixer_catalogue, stage_arguments
+from ..backbones.stage import build_mixer, stage_arguments
+from ..mixers.catalogue import find_variant, mixer_catalogue
 from .benchmarking import (
     Candidate,
     autocast_factory,
@@ -91,7 +92,7 @@ class _BareRoundTrip(torch.autograd.Function):
 
 
 def _round_trip(x, hw_shape):
-    from afno_seg.mixers.spectral import irfft2_to_tokens, rfft2_of_tokens
+    from afno_seg.mixers.spectral_fast import irfft2_to_tokens, rfft2_of_tokens
     return irfft2_to_tokens(rfft2_of_tokens(x, hw_shape), hw_shape)
 
 

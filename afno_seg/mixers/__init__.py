@@ -1,38 +1,29 @@
 """Token mixers: one module per method, all following :class:`~afno_seg.mixers.base.TokenMixer`.
 
-Every module of this package is imported here, so a mixer registers itself (``@register_model``)
-by being a file in it; :mod:`.catalogue` then lists it everywhere (``docs/adding_a_mixer.md``).
-Each mixer module's ``__all__`` is re-exported.
+A mixer registers itself (``@register_model``) when its module is imported below; a new mixer
+file is one import line here (``docs/adding_a_mixer.md``). :mod:`.catalogue` lists them.
 """
-import importlib
-import pkgutil
-
+from .afno import AFNOMixer
+from .attention import EfficientSelfAttentionMixer, FullSelfAttentionMixer
+from .axial import AxialAttentionMixer
 from .base import TokenMixer, Variant
 from .catalogue import (
-    build_mixer,
     catalogue_markdown,
-    example_cases,
-    example_configs,
-    example_mixer,
     find_variant,
+    is_spectral,
     mixer_catalogue,
     mixer_classes,
     mixer_variants,
     registered_mixers,
-    stage_arguments,
-    stage_grids,
+    stores_grid,
 )
+from .fnet import FNetMixer
+from .fno import FNOMixer
+from .gfn import GlobalFilterMixer, resample_filter
+from .long_short import LongShortAttentionMixer
 
-__all__ = ['TokenMixer', 'Variant', 'build_mixer', 'catalogue_markdown', 'example_cases',
-           'example_configs',
-           'example_mixer',
-           'find_variant', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
-           'registered_mixers', 'stage_arguments', 'stage_grids']
-
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
-    _module = importlib.import_module(f'{__name__}.{_info.name}')
-    if _info.name not in ('base', 'catalogue'):
-        for _name in getattr(_module, '__all__', ()):
-            globals()[_name] = getattr(_module, _name)
-            __all__.append(_name)
-del _info, _module
+__all__ = ['AFNOMixer', 'AxialAttentionMixer', 'EfficientSelfAttentionMixer', 'FNOMixer',
+           'FNetMixer', 'FullSelfAttentionMixer', 'GlobalFilterMixer', 'LongShortAttentionMixer',
+           'TokenMixer', 'Variant', 'catalogue_markdown', 'find_variant', 'is_spectral',
+           'mixer_catalogue', 'mixer_classes', 'mixer_variants', 'registered_mixers',
+           'resample_filter', 'stores_grid']

@@ -9,79 +9,49 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .afno_export import afno_real_arithmetic
-from .afno_fused import FusedAFNO, block_matrix, complex_bias
+from .afno_fast import afno_real_arithmetic, fused_afno
 from .base import TokenMixer, Variant
-from .spectral import (
-    SpectralBand,
-    grid_to_tokens,
-    rfft2_flops,
-    run_in_fp32,
-    spectrum_to_grid,
-    tokens_to_grid,
-    tokens_to_spectrum,
-)
+from .spectral import SpectralBand, irfft2, rfft2, rfft2_flops, run_in_fp32
 
 __all__ = ['AFNOMixer']
 
 SHRINK_MODES = ('split', 'magnitude')
 
 
+def split(fn, z: Tensor) -> Tensor:
+    """``fn`` applied to the real and the imaginary parts of complex ``z`` separately."""
+    return torch.view_as_complex(fn(torch.view_as_real(z)).contiguous())
+
+
 @register_model
 class AFNOMixer(TokenMixer):
     """Adaptive Fourier Neural Operator mixer (Guibas et al. 2021).
 
-    With ``Z = rfft2(X)`` (orthonormal, over the grid) and each kept frequency's channels split
-    into ``k`` blocks of ``d = C / k``, every block ``z`` (complex, length ``d``) goes through a
-    two-layer complex MLP shared by all frequencies, then a soft-shrink ``S_lambda``::
+    With ``Z = rfft2(X)`` and each kept mode's C channels split into k blocks ``z`` of ``d = C/k``
+    (complex), one two-layer MLP per block, shared by all modes::
 
-        o1 = ReLU(z W1 + b1)                   W1: d x f*d, complex, per block
-        o2 = S_lambda(o1 W2 + b2)              W2: f*d x d
-        out = X + irfft2(o2 at kept modes, 0 elsewhere)
+        o1 = ReLU(z W1 + b1)           W1: (d, f d) complex, per block; ReLU on re, im
+        o2 = S_lambda(o1 W2 + b2)      W2: (f d, d); soft-shrink on re, im ('split') or on |.|
+        out = X + irfft2(o2 on the kept modes, 0 elsewhere)
 
-    * ReLU and ``shrink='split'`` act on the real and imaginary parts separately, as the paper's
-      listing; ``shrink='magnitude'`` is the proximal operator of the complex L1 norm,
-      ``z -> max(|z| - lambda, 0) * z / |z|``, which keeps the phase.
-    * ``+ X`` is AFNO's internal residual (the ``+ bias`` of the paper's listing); it is kept here
-      on top of the encoder layer's own residual, as in the paper.
-    * NOT shift-equivariant: a circular shift of the grid multiplies each mode by a phase
-      ``exp(i theta)``, which commutes with the complex matmuls but not with the biases nor with
-      ReLU / soft-shrink on real and imaginary parts. (GFN and FNO are equivariant.)
-    * Hard truncation (``hard_thresholding_fraction`` = fraction kept): the lowest fraction of
-      frequencies along BOTH axes (:meth:`SpectralBand.fraction`); the other modes are zeroed and
-      the MLP runs only on the kept ones. AFNO-25% keeps about 1/16 of the modes.
-    * Each complex block-diagonal layer is ONE batched complex GEMM (plus the bias;
-      4 real multiply-adds per complex one, as the real block form ``[[Wr, Wi], [-Wi, Wr]]``
-      would take) on channels-first modes, the layout torch's FFTs work in, so no copy sits
-      between the FFTs and the GEMMs. The default (``fused``) path is one autograd function
-      with a hand-written backward (:class:`~.afno_fused.FusedAFNO`): grid ``(C, B, H, W)``
-      so that a block's modes of the whole batch are one matrix, no conjugated GEMM operands,
-      no spectrum-sized temporaries beyond the GEMM outputs. Its time against the composed
-      path and against its floor (a bare FFT round trip plus one matmul of the same
-      multiply-adds) is measured in ``BENCHMARKS.md``.
-    * Numerics: spectral work in float32 with autocast off, result cast back to the input dtype.
+    Kept modes: ``hard_thresholding_fraction`` f_h of the frequencies along both axes
+    (:meth:`SpectralBand.fraction`); the MLP runs only on those. ``+ X`` is the paper's own
+    residual. Not shift-equivariant (biases, split ReLU). Spectral work in float32.
 
-    Shapes: ``x (B, H*W, C) -> (B, H*W, C)``; any ``H, W``. Parameters (the released layout, so
-    such weights load unchanged; index 0 real, 1 imaginary; init ``0.02 * randn``):
-    ``w1 (2, k, d, f d)``, ``b1 (2, k, f d)``, ``w2 (2, k, f d, d)``, ``b2 (2, k, d)``;
-    ``4 f C^2 / k + 2 (f + 1) C`` reals.
-
-    Cost per image (:meth:`flops`): ``rfft2 + irfft2 = 2 * 2.5 C HW log2(HW)`` plus, per kept mode,
-    ``2 * 8 C (f C / k)`` for the two complex layers.
+    Shapes: ``(B, H*W, C) -> (B, H*W, C)``, any H, W. Parameters (released layout, index 0 real,
+    1 imaginary): ``w1 (2, k, d, f d)``, ``b1 (2, k, f d)``, ``w2 (2, k, f d, d)``,
+    ``b2 (2, k, d)``: ``4 f C^2 / k + 2 (f + 1) C`` reals. Cost (:meth:`flops`): ``2 rfft2``
+    plus ``2 * 8 C f C / k`` per kept mode.
 
     Args:
         embed_dims (int): Channels C; divisible by ``num_blocks``.
-        num_blocks (int): Blocks k of the block-diagonal weights. Default: 8.
-        hidden_size_factor (int): Hidden width factor f of the MLP. Default: 1.
-        sparsity_threshold (float): Soft-shrink threshold lambda >= 0. Default: 0.01.
-        hard_thresholding_fraction (float): Fraction of frequencies kept along each axis, in
-            (0, 1]. Default: 1.0.
-        shrink (str): ``'split'`` (real and imaginary parts) or ``'magnitude'`` (phase-keeping).
-            Default: ``'split'``.
-        fused (bool): With ``shrink='split'``, run the mixer as one autograd function with a
-            hand-written backward (:class:`~.afno_fused.FusedAFNO`); ``False`` composes it from
-            torch ops (the reference it is tested against; also what ``'magnitude'`` uses).
-            Default: True.
+        num_blocks (int): Blocks k. Default: 8.
+        hidden_size_factor (int): f. Default: 1.
+        sparsity_threshold (float): lambda >= 0. Default: 0.01.
+        hard_thresholding_fraction (float): f_h in (0, 1]. Default: 1.0.
+        shrink (str): ``'split'`` or ``'magnitude'`` (keeps the phase). Default: 'split'.
+        fused (bool): Take :mod:`.afno_fast` (and the adjoint transforms); False runs
+            :meth:`mode_mlp` on plain torch transforms. Default: True.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
@@ -102,7 +72,6 @@ class AFNOMixer(TokenMixer):
         'quarter-hidden2': dict(num_blocks=2, hidden_size_factor=2,
                                 hard_thresholding_fraction=0.25),
     }
-    spectral = True
     flop_terms = ('fft', 'mlp')
 
     def __init__(self, embed_dims: int, num_blocks: int = 8, hidden_size_factor: int = 1,
@@ -128,11 +97,30 @@ class AFNOMixer(TokenMixer):
         self.shrink = shrink
         self.fused = bool(fused)
         hidden = self.block_size * hidden_size_factor
-        scale = 0.02
-        self.w1 = nn.Parameter(scale * torch.randn(2, num_blocks, self.block_size, hidden))
-        self.b1 = nn.Parameter(scale * torch.randn(2, num_blocks, hidden))
-        self.w2 = nn.Parameter(scale * torch.randn(2, num_blocks, hidden, self.block_size))
-        self.b2 = nn.Parameter(scale * torch.randn(2, num_blocks, self.block_size))
+        self.w1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, self.block_size, hidden))
+        self.b1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, hidden))
+        self.w2 = nn.Parameter(0.02 * torch.randn(2, num_blocks, hidden, self.block_size))
+        self.b2 = nn.Parameter(0.02 * torch.randn(2, num_blocks, self.block_size))
+
+    def mode_mlp(self, modes: Tensor) -> Tensor:
+        """The block MLP and shrink on complex channels-first modes ``(B, C, ...)``."""
+        batch, channels, *grid = modes.shape
+        real = modes.real.dtype
+        w1, b1, w2, b2 = (torch.complex(p[0].to(real), p[1].to(real))
+                          for p in (self.w1, self.b1, self.w2, self.b2))
+        z = modes.reshape(batch, self.num_blocks, self.block_size, -1).mT  # (B, k, M, d)
+        o1 = split(F.relu, z @ w1 + b1.unsqueeze(1))
+        o2 = self.soft_shrink(o1 @ w2 + b2.unsqueeze(1))
+        return o2.mT.reshape(batch, channels, *grid)
+
+    def soft_shrink(self, z: Tensor) -> Tensor:
+        """``S_lambda``: on re and im ('split'), or ``max(|z| - lambda, 0) z / |z|``."""
+        if self.shrink == 'split':
+            return split(lambda t: F.softshrink(t, self.sparsity_threshold), z)
+        magnitude = z.abs()
+        gain = F.relu(magnitude - self.sparsity_threshold) / magnitude.clamp_min(1e-30)
+        # On the real view: element-wise work, which the FLOP count leaves out.
+        return torch.view_as_complex(torch.view_as_real(z) * gain.unsqueeze(-1))
 
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         self.check_tokens(x, hw_shape)
@@ -140,53 +128,18 @@ class AFNOMixer(TokenMixer):
 
     def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         band = SpectralBand.fraction(hw_shape, self.hard_thresholding_fraction)
-        if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul: see afno_export.py
-            return afno_real_arithmetic(x, hw_shape, band, (self.w1, self.b1, self.w2, self.b2),
-                                        self.sparsity_threshold, self.shrink)
+        weights = (self.w1, self.b1, self.w2, self.b2)
+        if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul
+            return afno_real_arithmetic(x, hw_shape, band, weights, self.sparsity_threshold,
+                                        self.shrink)
         if self.fused and self.shrink == 'split':
-            weights = [p.to(x.dtype) for p in (self.w1, self.b1, self.w2, self.b2)]
-            keep = torch.is_grad_enabled() and any(t.requires_grad for t in [x, *weights])
-            return FusedAFNO.apply(x, *weights, hw_shape, band, self.sparsity_threshold, keep)
-        modes = self.mode_mlp(band.gather(tokens_to_spectrum(x, hw_shape)))
-        # Composed from differentiable ops (the reference of the fused path).
-        return grid_to_tokens(tokens_to_grid(x, hw_shape) + spectrum_to_grid(band.scatter(modes),
-                                                                             hw_shape))
-
-    def mode_mlp(self, modes: Tensor) -> Tensor:
-        """The block-diagonal complex MLP and shrink on channels-first modes ``(B, C, ...)``.
-
-        ``modes`` is complex with the float dtype of the island (complex64 or complex128).
-        """
-        batch, channels, *grid = modes.shape
-        blocks = self.num_blocks
-        tokens = modes.reshape(batch * blocks, self.block_size, -1)  # (B k, d, modes)
-        hidden = self._complex_layer(tokens, self.w1, self.b1, batch)
-        torch.view_as_real(hidden).relu_()  # split ReLU, in place on the GEMM output
-        out = self._complex_layer(hidden, self.w2, self.b2, batch)
-        return self._shrink(out).reshape(batch, channels, *grid)
-
-    @staticmethod
-    def _complex_layer(tokens: Tensor, weight: Tensor, bias: Tensor, batch: int) -> Tensor:
-        """``z W + b`` per block, as ONE complex GEMM: ``(B k, d_in, M) -> (B k, d_out, M)``."""
-        dtype = tokens.real.dtype
-        return _block_affine(block_matrix(weight, dtype), bias.to(dtype), tokens, batch)
-
-    def _shrink(self, out: Tensor) -> Tensor:
-        """Soft-shrink complex ``out`` by ``sparsity_threshold`` (split or magnitude)."""
-        if self.shrink == 'split':
-            return torch.view_as_complex(F.softshrink(torch.view_as_real(out),
-                                                      self.sparsity_threshold))
-        magnitude = out.abs()
-        # max(|z| - lambda, 0) / |z|; the clamp only guards 0/0 at z == 0 (then the factor is 0).
-        gain = F.relu(magnitude - self.sparsity_threshold) / magnitude.clamp_min(1e-30)
-        # On the real view: the shrink is element-wise work, uncounted like the split one, while
-        # a complex x real product would be counted as spectral arithmetic by the FLOP tracer.
-        return torch.view_as_complex(torch.view_as_real(out) * gain.unsqueeze(-1))
+            return fused_afno(x, weights, hw_shape, band, self.sparsity_threshold)
+        modes = self.mode_mlp(rfft2(x, hw_shape, band, fast=self.fused))
+        return x + irfft2(modes, hw_shape, band, fast=self.fused)
 
     @property
     def onnx_dynamic_shape(self) -> bool:
-        """Dynamic H, W in ONNX only without truncation: the kept band's size is a ceil of a
-        fraction of H and W, which torch.export cannot keep symbolic (its export never ended)."""
+        """Only without truncation: torch.export cannot keep the band's ceil() symbolic."""
         return self.hard_thresholding_fraction == 1.0
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
@@ -197,14 +150,3 @@ class AFNOMixer(TokenMixer):
             'fft': 2 * rfft2_flops(hw_shape, self.embed_dims),
             'mlp': band.num_modes * 2 * 8.0 * self.embed_dims * hidden / self.num_blocks,
         }
-
-
-def _per_sample(tensor: Tensor, batch: int) -> Tensor:
-    """Repeat a per-block ``(k, ...)`` tensor over the batch -> ``(B k, ...)`` (tiny copies)."""
-    return tensor.expand(batch, *tensor.shape).reshape(-1, *tensor.shape[1:])
-
-
-def _block_affine(matrix: Tensor, bias: Tensor, tokens: Tensor, batch: int) -> Tensor:
-    """``matrix @ tokens + bias`` per block: one batched complex GEMM with the bias fused."""
-    return torch.baddbmm(_per_sample(complex_bias(bias), batch), _per_sample(matrix, batch),
-                         tokens)

@@ -21,44 +21,33 @@ __all__ = ['EfficientSelfAttentionMixer', 'FullSelfAttentionMixer']
 class EfficientSelfAttentionMixer(TokenMixer):
     r"""SegFormer's efficient self-attention: keys and values from a spatially reduced grid.
 
-    With tokens :math:`X \in \mathbb{R}^{N \times C}` on an ``H x W`` grid and reduction ratio
-    :math:`s`, the keys/values come from :math:`M = \lfloor H/s \rfloor \lfloor W/s \rfloor` tokens
-
-    .. math::
-        X_r = \mathrm{LN}(\mathrm{Conv}_{s \times s,\ \mathrm{stride}\ s}(X)) \quad (X_r = X
-        \text{ if } s = 1), \qquad Q = X W_q + b_q,\ K = X_r W_k + b_k,\ V = X_r W_v + b_v,
-
-    and for each of the ``num_heads`` heads of :math:`d = C / \mathrm{heads}` channels
+    With ratio :math:`s`, :math:`X_r = \mathrm{LN}(\mathrm{Conv}_{s \times s,\ \mathrm{stride}\ s}
+    (X))` (:math:`X_r = X` if :math:`s = 1`), :math:`M = \lfloor H/s \rfloor \lfloor W/s \rfloor`
+    tokens; :math:`Q = X W_q + b_q`, :math:`K, V = X_r W_{k,v} + b_{k,v}`; per head of
+    :math:`d = C / h` channels
 
     .. math::
         \mathrm{out} = [A_1, \dots, A_h] W_o + b_o, \qquad
-        A_i = \mathrm{softmax}(Q_i K_i^\top / \sqrt{d})\, V_i.
+        A_i = \mathrm{softmax}(Q_i K_i^\top / \sqrt{d})\, V_i
 
-    No residual is added here: the encoder layer owns it (mmseg's ``EfficientMultiheadAttention``
-    returns ``identity + out``; this module returns ``out``).
+    through ``F.scaled_dot_product_attention``. No residual (mmseg's module adds one). Parameter
+    names are mmseg's ``EfficientMultiheadAttention``'s (MiT checkpoints load):
+    ``attn.in_proj_weight (3C, C)`` :math:`= [W_q; W_k; W_v]`, ``attn.in_proj_bias``,
+    ``attn.out_proj``, ``sr``, ``norm``.
 
-    Parameters are named as in mmseg 1.x's ``EfficientMultiheadAttention`` so converted official
-    MiT checkpoints load unchanged: ``attn.in_proj_weight (3C, C)`` = :math:`[W_q; W_k; W_v]`,
-    ``attn.in_proj_bias``, ``attn.out_proj.{weight,bias}`` (an ``nn.MultiheadAttention`` that only
-    holds them; as in torch, ``qkv_bias=False`` also drops ``out_proj.bias``), ``sr.{weight,bias}``
-    and ``norm.{weight,bias}``. The product itself goes through
-    ``F.scaled_dot_product_attention``, so where a fused (flash / memory-efficient) kernel exists,
-    including torch's CPU flash kernel, no ``N x M`` attention matrix is ever materialised.
-
-    Cost for one image (FLOPs, 1 MAC = 2), :math:`N = HW`:
-    ``qkv`` :math:`2NC^2 + 4MC^2`, ``reduction`` :math:`2MC^2s^2 \approx 2NC^2` (``s > 1`` only),
-    ``attention`` :math:`4NMC` (:math:`QK^\top` and :math:`AV`), ``proj`` :math:`2NC^2`.
+    Cost (:meth:`flops`), :math:`N = HW`: ``qkv`` :math:`2NC^2 + 4MC^2`, ``reduction``
+    :math:`2MC^2s^2` (``s > 1``), ``attention`` :math:`4NMC`, ``proj`` :math:`2NC^2`.
 
     Args:
-        embed_dims (int): Channels C; must be divisible by ``num_heads``.
-        num_heads (int): Attention heads.
-        sr_ratio (int): Spatial reduction ratio s (kernel = stride of the reduction conv); the
-            grid must be at least ``s x s``. Default: 1 (full self-attention).
-        qkv_bias (bool): Biases on the q/k/v and output projections. Default: True.
-        attn_drop_rate (float): Dropout on the attention weights (training only). Default: 0.
+        embed_dims (int): Channels C; divisible by ``num_heads``.
+        num_heads (int): Attention heads h.
+        sr_ratio (int): Reduction s; the grid must be at least ``s x s``. Default: 1.
+        qkv_bias (bool): Biases of the projections (False also drops ``out_proj.bias``, as in
+            torch). Default: True.
+        attn_drop_rate (float): Dropout on the attention weights. Default: 0.
         proj_drop_rate (float): Dropout after the output projection. Default: 0.
-        norm_cfg (dict, optional): Norm after the reduction conv. Default: None, meaning
-            ``dict(type='LN', eps=1e-6)`` as in mmseg's MiT (whose checkpoints used eps 1e-6).
+        norm_cfg (dict, optional): Norm after the reduction. Default: None
+            (``dict(type='LN', eps=1e-6)``, mmseg's MiT).
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
@@ -143,23 +132,18 @@ class EfficientSelfAttentionMixer(TokenMixer):
 class FullSelfAttentionMixer(EfficientSelfAttentionMixer):
     r"""Full multi-head self-attention (Vaswani et al. 2017) over all ``N = HW`` tokens.
 
-    :math:`\mathrm{out} = [\mathrm{softmax}(Q_i K_i^\top/\sqrt{d}) V_i]_i W_o + b_o` with
-    :math:`Q, K, V` projections of the same tokens: :class:`EfficientSelfAttentionMixer` with the
-    reduction ratio fixed to 1 (same parameter names, so mmseg's ``sr_ratio=1`` stage-4 weights
-    load). The constructor has no ``sr_ratio`` argument on purpose: passing one is a ``TypeError``,
-    and the backbone, which passes ``sr_ratio`` only to mixers whose signature has it, leaves it
-    out. Attention runs through ``F.scaled_dot_product_attention``, whose flash/memory-efficient
-    kernels keep memory linear in N (a 1024x1024 crop gives N = 65,536 tokens in stage 1, where an
-    explicit fp32 attention matrix would need 16 GiB per head and image).
+    :class:`EfficientSelfAttentionMixer` with ``s = 1`` (same parameter names). Its constructor
+    has no ``sr_ratio``, so the backbone passes none. Memory stays linear in N where
+    ``F.scaled_dot_product_attention`` has a fused kernel.
 
-    Cost (FLOPs, one image): ``qkv`` :math:`6NC^2`, ``attention`` :math:`4N^2C`,
-    ``proj`` :math:`2NC^2`.
+    Cost (:meth:`flops`): ``qkv`` :math:`6NC^2`, ``attention`` :math:`4N^2C`, ``proj``
+    :math:`2NC^2`.
 
     Args:
-        embed_dims (int): Channels C; must be divisible by ``num_heads``.
+        embed_dims (int): Channels C; divisible by ``num_heads``.
         num_heads (int): Attention heads.
-        qkv_bias (bool): Biases on the q/k/v and output projections. Default: True.
-        attn_drop_rate (float): Dropout on the attention weights (training only). Default: 0.
+        qkv_bias (bool): Biases of the projections. Default: True.
+        attn_drop_rate (float): Dropout on the attention weights. Default: 0.
         proj_drop_rate (float): Dropout after the output projection. Default: 0.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """

@@ -19,38 +19,27 @@ __all__ = ['AxialAttentionMixer']
 class AxialAttentionMixer(TokenMixer):
     r"""Multi-head attention along H (W folded into the batch), then along W (H folded in).
 
-    With tokens :math:`x_{ij} \in \mathbb{R}^C` on an ``H x W`` grid and heads of
-    :math:`d = C / \mathrm{heads}` channels, each pass has its own q/k/v projection:
+    With tokens :math:`x_{ij}` and heads of :math:`d = C / h` channels, each pass with its own
+    q/k/v projection:
 
     .. math::
         u_{ij} &= \Big[\sum_{i'} \mathrm{softmax}_{i'}\big(q^H_{ij} \cdot k^H_{i'j}/\sqrt{d}\big)
-                  \, v^H_{i'j}\Big]_{\text{heads}}
-                  \quad (q^H, k^H, v^H = \text{projections of } x), \\
+                  \, v^H_{i'j}\Big]_{\text{heads}} \quad (q^H, k^H, v^H \text{ from } x), \\
         y_{ij} &= W_o \Big[\sum_{j'} \mathrm{softmax}_{j'}\big(q^W_{ij} \cdot k^W_{ij'}/\sqrt{d}
-                  \big)\, v^W_{ij'}\Big]_{\text{heads}} + b_o
-                  \quad (q^W, k^W, v^W = \text{projections of } u).
+                  \big)\, v^W_{ij'}\Big]_{\text{heads}} + b_o \quad (q^W, k^W, v^W
+                  \text{ from } u).
 
-    Order and receptive field: the height pass (:meth:`attend_along_height`) mixes each column
-    independently; the width pass (:meth:`attend_along_width`) then mixes each row of its result,
-    so every output depends on every input (a global receptive field in one mixer), but
-    :math:`x_{i'j'}` reaches :math:`y_{ij}` only through the single path :math:`u_{ij'}`.
-    There is no output projection between the passes: it would be absorbed into the width pass's
-    q/k/v projections (a product of linear maps), as in Axial-DeepLab's height-width block.
-    Both passes are permutation-equivariant along their axis; position comes from the encoder
-    layer's Mix-FFN depth-wise conv, as for SegFormer's attention. No residual is added here.
+    A global receptive field in one mixer; no projection between the passes (the width pass's
+    q/k/v would absorb it, as in Axial-DeepLab); no residual; position from the Mix-FFN.
 
-    Both passes run through ``F.scaled_dot_product_attention`` on ``(B*W, heads, H, d)`` and
-    ``(B*H, heads, W, d)`` tensors.
-
-    Cost (FLOPs, one image, 1 MAC = 2), :math:`N = HW`: ``qkv`` :math:`12NC^2` (two projections
-    to 3C), ``attention`` :math:`4NC(H + W)` (instead of :math:`4N^2C` for full attention),
-    ``proj`` :math:`2NC^2`. Parameters: :math:`7C^2 + 7C` with biases.
+    Cost (:meth:`flops`), :math:`N = HW`: ``qkv`` :math:`12NC^2`, ``attention``
+    :math:`4NC(H + W)`, ``proj`` :math:`2NC^2`. Parameters :math:`7C^2 + 7C`.
 
     Args:
-        embed_dims (int): Channels C; must be divisible by ``num_heads``.
-        num_heads (int): Attention heads (the same in both passes).
-        qkv_bias (bool): Biases on the q/k/v projections. Default: True.
-        attn_drop_rate (float): Dropout on the attention weights (training only). Default: 0.
+        embed_dims (int): Channels C; divisible by ``num_heads``.
+        num_heads (int): Attention heads h (both passes).
+        qkv_bias (bool): Biases of the q/k/v projections. Default: True.
+        attn_drop_rate (float): Dropout on the attention weights. Default: 0.
         proj_drop_rate (float): Dropout after the output projection. Default: 0.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """

@@ -1,39 +1,36 @@
-"""The mixer catalogue: every registered token mixer, the variants it declares, and its builder.
+"""The mixer catalogue: every registered token mixer and the named variants it declares.
 
-Every list of mixers in the project (the contract and FLOP test suites, the backbone tests, the
-complexity table, the benchmarks, the study, the docs table) is derived from here, so a new mixer
-is one module in ``afno_seg/mixers/`` (``docs/adding_a_mixer.md``):
-
-* :func:`registered_mixers` / :func:`mixer_classes` read mmseg's ``MODELS`` registry (every mixer
-  is registered there and in mmpretrain's by :func:`afno_seg.registry.register_model`);
-* :func:`mixer_catalogue` / :func:`mixer_variants` expand each class's declared ``variants``;
-* :func:`example_cases` / :func:`example_mixer` build small instances from ``example_args``;
-* :func:`build_mixer` builds a mixer config for a backbone stage, filling in the
-  :func:`stage_arguments` the constructor takes; :func:`stage_grids` gives the stage grids.
+Every list of mixers in the project (tables, benchmarks, the study, the test suites, the README
+table, ``configs/_base_/mixers/``) is read from here, so a new mixer is one module in
+``afno_seg/mixers/`` (``docs/adding_a_mixer.md``). Building a mixer for a backbone stage is
+:mod:`afno_seg.backbones.stage`.
 """
 import copy
 import inspect
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-from torch import nn
 
 from ..registry import MMSEG_MODELS
 from .base import TokenMixer, Variant
 
-__all__ = ['MixerVariant', 'build_mixer', 'catalogue_markdown', 'declared', 'example_cases',
-           'example_configs', 'example_mixer',
-           'find_variant', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
-           'registered_mixers', 'stage_arguments', 'stage_grids']
-
-#: Channels of the tokens the example mixers are built for (every example divides it).
-EXAMPLE_EMBED_DIMS = 16
+__all__ = ['MixerVariant', 'base_config_text', 'catalogue_markdown', 'declared', 'find_variant',
+           'is_spectral', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
+           'registered_mixers', 'stores_grid']
 
 
 def declared(cls: type, name: str):
     """A declaration of ``cls`` itself (``variants``, ``example_args``, ...), never a parent's:
     FullSelfAttentionMixer derives from EfficientSelfAttentionMixer but is its own entry."""
     return vars(cls).get(name, getattr(TokenMixer, name))
+
+
+def is_spectral(cls: type) -> bool:
+    """Works on the Fourier transform of the grid: it counts an ``'fft'`` FLOP term."""
+    return 'fft' in declared(cls, 'flop_terms')
+
+
+def stores_grid(cls: type) -> bool:
+    """Has parameters sized by a grid: its constructor takes ``base_hw_shape``."""
+    return 'base_hw_shape' in inspect.signature(cls).parameters
 
 
 def mixer_classes() -> list[type[TokenMixer]]:
@@ -63,7 +60,7 @@ class MixerVariant:
 
     @property
     def spectral(self) -> bool:
-        return declared(self.cls, 'spectral')
+        return is_spectral(self.cls)
 
 
 def mixer_catalogue(include_unlisted: bool = False) -> list[MixerVariant]:
@@ -96,87 +93,19 @@ def find_variant(name: str) -> MixerVariant:
     return entries[name]
 
 
-def example_cases() -> list[tuple[str, type, dict]]:
-    """``(case id, class, kwargs)`` for every mixer: its ``example_args``, then each of its
-    ``extra_examples`` (id ``ClassName-suffix``); kwargs include ``embed_dims``."""
-    cases = []
-    for cls in mixer_classes():
-        examples = {'': declared(cls, 'example_args'), **declared(cls, 'extra_examples')}
-        for suffix, args in examples.items():
-            kwargs = dict(embed_dims=EXAMPLE_EMBED_DIMS, **copy.deepcopy(args))
-            cases.append((cls.__name__ + (f'-{suffix}' if suffix else ''), cls, kwargs))
-    return cases
-
-
-def example_configs() -> dict[str, dict]:
-    """Case id -> mixer config (``dict(type=..., **example args)``, no ``embed_dims``: the
-    backbone fills in each stage's width) of every :func:`example_cases` case."""
-    return {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
-                                                if k != 'embed_dims'})
-            for case_id, cls, kwargs in example_cases()}
-
-
-def example_mixer(name: str | type, embed_dims: int = EXAMPLE_EMBED_DIMS) -> TokenMixer:
-    """A small instance of mixer class ``name`` (a class or its registered name)."""
-    cls = name if inspect.isclass(name) else MMSEG_MODELS.get(name)
-    if cls is None or not issubclass(cls, TokenMixer):
-        raise KeyError(f'unknown mixer {name!r}; registered: {", ".join(registered_mixers())}')
-    return cls(embed_dims=embed_dims, **copy.deepcopy(declared(cls, 'example_args')))
-
-
-def stage_arguments(embed_dims: int, num_heads: int = 1, sr_ratio: int = 1,
-                    base_hw_shape: Sequence[int] | None = None, qkv_bias: bool = True,
-                    attn_drop_rate: float = 0., proj_drop_rate: float = 0.,
-                    norm_cfg: dict | None = None) -> dict:
-    """What a backbone stage tells its mixers; :func:`build_mixer` passes each one only to
-    constructors that take it. ``base_hw_shape``: the stage grid of the training crop."""
-    args = dict(embed_dims=embed_dims, num_heads=num_heads, sr_ratio=sr_ratio, qkv_bias=qkv_bias,
-                attn_drop_rate=attn_drop_rate, proj_drop_rate=proj_drop_rate,
-                norm_cfg=norm_cfg or dict(type='LN', eps=1e-6))
-    if base_hw_shape is not None:
-        args['base_hw_shape'] = tuple(int(n) for n in base_hw_shape)
-    return args
-
-
-def stage_grids(img_size: int | Sequence[int], patch_sizes: Sequence[int] = (7, 3, 3, 3),
-                strides: Sequence[int] = (4, 2, 2, 2)) -> list[tuple[int, int]]:
-    """Token grids of SegFormer's stages for an image: each stage embeds the previous grid with a
-    ``k x k`` stride-``s`` convolution padded by ``k // 2``, i.e. ``floor((n + 2 (k // 2) - k) / s)
-    + 1`` per axis (1024 -> 256, 128, 64, 32 with MiT's kernels and strides)."""
-    grid = (img_size, ) * 2 if isinstance(img_size, int) else tuple(img_size)
-    grids = []
-    for kernel, stride in zip(patch_sizes, strides):
-        grid = tuple((n + 2 * (kernel // 2) - kernel) // stride + 1 for n in grid)
-        grids.append(grid)
-    return grids
-
-
-def build_mixer(cfg: dict, **stage_args) -> nn.Module:
-    """Build a mixer from ``cfg``, filling each of ``stage_args`` (:func:`stage_arguments`) only
-    where the mixer's constructor has that parameter and ``cfg`` does not set it.
-    ``embed_dims`` is the stage width and may not disagree."""
-    if not isinstance(cfg, dict) or 'type' not in cfg:
-        raise TypeError(f'a mixer config must be a dict with a "type" key, got {cfg!r}')
-    cfg = copy.deepcopy(dict(cfg))
-    mixer_type = cfg['type']
-    mixer_cls = mixer_type if inspect.isclass(mixer_type) else MMSEG_MODELS.get(mixer_type)
-    if mixer_cls is None or not issubclass(mixer_cls, TokenMixer):
-        problem = 'unknown mixer type' if mixer_cls is None else 'not a TokenMixer:'
-        raise KeyError(f'{problem} {mixer_type!r}; registered mixers: '
-                       f'{", ".join(registered_mixers()) or "none (is afno_seg.mixers imported?)"}')
-    if 'embed_dims' in cfg and cfg['embed_dims'] != stage_args['embed_dims']:
-        raise ValueError(f'mixer {mixer_type!r} sets embed_dims={cfg["embed_dims"]}, but its stage '
-                         f'is {stage_args["embed_dims"]} channels wide; leave embed_dims unset')
-    accepted = inspect.signature(mixer_cls).parameters
-    for name, value in stage_args.items():
-        if name in accepted and name not in cfg:
-            cfg[name] = value
-    return MMSEG_MODELS.build(cfg)
+def base_config_text(entry: MixerVariant) -> str:
+    """``configs/_base_/mixers/{name}.py`` of a variant (``{name}_mixer = dict(...)``), as
+    ``tools/analysis/list_mixers.py --write-configs`` writes it from the class's declaration."""
+    module = entry.cls.__module__.replace('.', '/') + '.py'
+    fields = [f"type='{entry.cls.__name__}'"] + [f'{k}={v!r}' for k, v in entry.args.items()]
+    body = fields[0] if len(fields) == 1 else '\n    ' + ',\n    '.join(fields)
+    return (f"# {entry.label}: {entry.cls.__name__}.variants['{entry.name}']\n# in {module}, "
+            'written here by tools/analysis/list_mixers.py --write-configs.\n'
+            f'{entry.name}_mixer = dict({body})\n')
 
 
 def catalogue_markdown() -> str:
-    """The catalogue as a Markdown table (the README's mixer table; ``tools/analysis/
-    list_mixers.py`` prints it and ``--update README.md`` rewrites it there)."""
+    """The catalogue as a Markdown table (the README's, ``tools/analysis/list_mixers.py``)."""
     lines = ['| name | mixer | class | module | spectral | listed | arguments |',
              '|---|---|---|---|---|---|---|']
     for entry in mixer_catalogue(include_unlisted=True):

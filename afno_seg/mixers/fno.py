@@ -9,54 +9,36 @@ from torch import Tensor, nn
 
 from ..registry import register_model
 from .base import TokenMixer, Variant
-from .spectral import (
-    SpectralBand,
-    complex_matmul_in_real_arithmetic,
-    grid_to_tokens,
-    rfft2_flops,
-    run_in_fp32,
-    spectrum_to_grid,
-    tokens_to_spectrum,
-)
+from .spectral import SpectralBand, irfft2, rfft2, rfft2_flops, run_in_fp32
+from .spectral_fast import complex_matmul_in_real_arithmetic
 
 __all__ = ['FNOMixer']
 
 
 @register_model
 class FNOMixer(TokenMixer):
-    """FNO spectral convolution (Li et al. 2020): a dense complex C x C weight per kept mode.
+    """FNO spectral convolution (Li et al. 2020): a dense complex ``C x C`` weight per kept mode.
 
-    ``out = irfft2(R . rfft2(X))`` with ``(R . Z)[k, j] = Z[k, j] R[k, j]`` (``Z[k, j]`` a length-C
-    row, ``R[k, j]`` complex ``C x C``) on the kept modes and 0 elsewhere. Kept modes
-    (:meth:`SpectralBand.lowpass`): rows with signed frequency ``|k| < modes[0]`` (both signs,
-    ``2 modes[0] - 1`` rows) and columns ``j < modes[1]`` of the ``rfft2`` spectrum. On grids with
-    fewer frequencies than that, the modes that exist are used with their own weights. Linear in X
-    and diagonal in frequency, hence exactly equivariant to circular shifts of the grid. The FNO
-    layer's pointwise linear term and activation are the encoder layer's MLP here; no residual.
+    ``out = irfft2(Z R)``, ``Z = rfft2(X)``, per kept mode ``(k, j)`` the row ``Z[k, j] R[k, j]``
+    (0 elsewhere). Kept (:meth:`SpectralBand.lowpass`): rows ``|k| < modes[0]`` (both signs),
+    columns ``j < modes[1]``, those a smaller grid has. Linear and diagonal in frequency, hence
+    shift-equivariant; no residual. Spectral work in float32.
 
-    Parameters GROW WITH THE KEPT MODES: ``weight`` is ``(2 modes[0] - 1, modes[1], C, C, 2)``
-    (rows in FFT order ``0 .. m-1, -(m-1) .. -1``; last axis real, imaginary; init
-    ``0.02 * randn``), i.e. ``2 (2 m0 - 1) m1 C^2`` reals; at modes (16, 16) that is ``992 C^2``:
-    4.1 M at C = 64, 16.3 M at C = 128, 101.6 M at C = 320, 260 M at C = 512 (per layer). Choose
-    ``modes`` per stage accordingly.
-
-    Numerics: float32 with autocast off, result cast back to the input dtype. The per-mode products
-    are one complex ``bmm`` batched over the kept modes. Cost per image (:meth:`flops`):
-    ``rfft2 + irfft2 = 2 * 2.5 C HW log2(HW)`` plus ``8 C^2`` per kept mode.
+    Parameters: ``weight (2 m0 - 1, m1, C, C, 2)`` (rows in FFT order ``0..m0-1, -(m0-1)..-1``),
+    ``2 (2 m0 - 1) m1 C^2`` reals: 260 M per layer at C = 512 and (16, 16) modes.
+    Cost (:meth:`flops`): ``2 rfft2`` plus ``8 C^2`` per kept mode.
 
     Args:
         embed_dims (int): Channels C.
-        modes (tuple[int, int]): Kept frequencies along H (per sign) and along the half axis W.
-            Default: (16, 16).
+        modes (tuple[int, int]): Kept frequencies m0 along H (per sign) and m1 along the half
+            axis. Default: (16, 16).
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
     variants = {'fno': Variant('FNO (16x16 modes)', dict(modes=(16, 16)))}
     example_args = dict(modes=(3, 4))
-    spectral = True
     flop_terms = ('fft', 'spectral_weights')
-    # The kept band, min(modes, H // 2 + 1) rows and columns, is sized in Python per grid:
-    # torch.export cannot keep H, W symbolic through it, so ONNX export is at a fixed shape.
+    # The band is sized in Python per grid: torch.export cannot keep H, W symbolic through it.
     onnx_dynamic_shape = False
 
     def __init__(self, embed_dims: int, modes: tuple[int, int] = (16, 16),
@@ -89,17 +71,15 @@ class FNOMixer(TokenMixer):
 
     def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         band = self.band(hw_shape)
-        modes = band.gather(tokens_to_spectrum(x, hw_shape))  # (B, C, rows, cols)
-        batch, channels, rows, cols = modes.shape
-        # (B, C, M) -> (M, B, C): one complex bmm over the kept modes, (M, B, C) @ (M, C, C).
-        flat = modes.reshape(batch, channels, rows * cols).permute(2, 0, 1)
-        weight = self.weight_at(band, x.dtype)
+        z = rfft2(x, hw_shape, band)  # (B, C, rows, cols)
+        batch, channels, rows, cols = z.shape
+        z = z.reshape(batch, channels, rows * cols).permute(2, 0, 1)  # (M, B, C)
+        weight = self.weight_at(band, x.dtype)  # (M, C, C)
         if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul
-            mixed = complex_matmul_in_real_arithmetic(flat, weight)
+            mixed = complex_matmul_in_real_arithmetic(z, weight)
         else:
-            mixed = torch.bmm(flat, weight)
-        mixed = mixed.permute(1, 2, 0).reshape(batch, channels, rows, cols)
-        return grid_to_tokens(spectrum_to_grid(band.scatter(mixed), hw_shape))
+            mixed = torch.bmm(z, weight)
+        return irfft2(mixed.permute(1, 2, 0).reshape(batch, channels, rows, cols), hw_shape, band)
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'spectral_weights': 8 C^2 per kept mode}``."""

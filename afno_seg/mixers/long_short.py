@@ -23,68 +23,47 @@ __all__ = ['LongShortAttentionMixer']
 class LongShortAttentionMixer(TokenMixer):
     r"""Transformer-LS attention (Zhu et al. 2021) on an ``H x W`` grid of tokens.
 
-    With tokens :math:`X \in \mathbb{R}^{N \times C}` (:math:`N = HW`), heads of
-    :math:`d = C / h` channels, :math:`Q, K, V = X W_{q,k,v} + b`, per head :math:`i`:
+    :math:`Q, K, V = X W_{q,k,v} + b`, heads of :math:`d = C / h` channels; per head:
 
-    * **short-term keys** (the paper's segment-wise sliding window carried to 2-D): the grid is cut
-      into ``w x w`` windows (the last row/column of windows padded); the queries of window
-      :math:`(a, b)`, rows :math:`[aw, aw + w)` x columns :math:`[bw, bw + w)`, attend to the keys
-      of rows :math:`[aw - p, aw + w + p)` x columns :math:`[bw - p, bw + w + p)`,
-      :math:`p = \lfloor w/2 \rfloor`: the window plus half a window on each side, a
-      :math:`(w + 2p) \times (w + 2p)` region (``2w x 2w`` for even ``w``); positions outside the
-      grid are masked out.
-    * **long-range keys** (dynamic projection): :math:`P_i = \mathrm{softmax}_N(X W_{p,i})
-      \in \mathbb{R}^{N \times r}` (each of the ``r`` columns a convex combination of all
-      tokens; :math:`X` is the paper's key input, the tokens themselves in self-attention),
-      :math:`\bar K_i = P_i^\top K_i`, :math:`\bar V_i = P_i^\top V_i \in \mathbb{R}^{r \times d}`.
-    * **DualLN**: :math:`\tilde K = \mathrm{LN}_S(K)`, :math:`\tilde V = \mathrm{LN}_S(V)`,
-      :math:`\hat K = \mathrm{LN}_L(\bar K)`, :math:`\hat V = \mathrm{LN}_L(\bar V)` (four norms
-      over the head channels, shared by the heads), so that the local keys and the averaged
-      (smaller-norm) projected keys compete on one scale.
+    * short keys: the grid is cut into ``w x w`` windows (the last ones padded); window
+      :math:`(a, b)`'s queries see the keys of rows :math:`[aw - p, aw + w + p)` x columns
+      :math:`[bw - p, bw + w + p)`, :math:`p = \lfloor w/2 \rfloor` (out-of-grid ones masked);
+    * long keys: :math:`P = \mathrm{softmax}_N(X W_p) \in \mathbb{R}^{N \times r}`,
+      :math:`\bar K = P^\top K`, :math:`\bar V = P^\top V`;
+    * DualLN: :math:`\tilde K, \tilde V = \mathrm{LN}_S(K), \mathrm{LN}_S(V)`,
+      :math:`\hat K, \hat V = \mathrm{LN}_L(\bar K), \mathrm{LN}_L(\bar V)`.
 
     .. math::
         \mathrm{out}_n = W_o \Big[\mathrm{softmax}\big(q_n [\tilde K_{\mathcal{W}(n)};
         \hat K]^\top / \sqrt{d}\big) [\tilde V_{\mathcal{W}(n)}; \hat V]\Big]_{\text{heads}} + b_o
 
-    one softmax over the :math:`(w + 2p)^2 + r` concatenated logits. No residual is added here;
-    position comes from the encoder layer's Mix-FFN, as for SegFormer's attention.
+    one softmax over :math:`(w + 2p)^2 + r` logits, through ``F.scaled_dot_product_attention``
+    with a boolean mask. No residual; position from the Mix-FFN.
 
-    Implementation: windows of queries ``(B h, nW, w^2, d)`` against their key regions with the
-    ``r`` long keys appended ``(B h, nW, (w + 2p)^2 + r, d)``, through
-    ``F.scaled_dot_product_attention`` with a boolean mask for the out-of-grid keys. Chosen over
-    explicit matmuls: fused kernels (CPU flash, CUDA memory-efficient) take the mask and do not
-    store the ``N ((w+2p)^2 + r)`` attention weights for the backward, and the FLOP tracer counts
-    the call exactly (``Q K^T`` and ``A V`` over every window's keys, masked ones included).
-    The dynamic projection (the softmax over all N tokens and the two reductions over N) runs in
-    at least fp32 with autocast off, see :meth:`long_range_keys_values`.
-
-    Cost (FLOPs, one image, 1 MAC = 2), :math:`N_p = w^2 \lceil H/w \rceil \lceil W/w \rceil`
-    (the padded grid, computed densely): ``qkv`` :math:`6NC^2`, ``dynamic_projection``
-    :math:`2NChr`, ``long_range_kv`` :math:`4NrC` (:math:`P^\top K`, :math:`P^\top V`),
-    ``attention`` :math:`4 N_p ((w + 2p)^2 + r) C`, ``proj`` :math:`2NC^2`: linear in N for fixed
-    w and r. Parameters: :math:`4C^2 + 4C + Chr + 8d` with biases.
+    Cost (:meth:`flops`), :math:`N_p = w^2 \lceil H/w \rceil \lceil W/w \rceil`: ``qkv``
+    :math:`6NC^2`, ``dynamic_projection`` :math:`2NChr`, ``long_range_kv`` :math:`4NrC`,
+    ``attention`` :math:`4 N_p ((w + 2p)^2 + r) C`, ``proj`` :math:`2NC^2`.
+    Parameters :math:`4C^2 + 4C + Chr + 8d`.
 
     Args:
-        embed_dims (int): Channels C; must be divisible by ``num_heads``.
+        embed_dims (int): Channels C; divisible by ``num_heads``.
         num_heads (int): Attention heads h.
-        window_size (int): Window side w (queries per window ``w x w``). Default: 8.
-        num_landmarks (int): Rank r of the dynamic projection (long keys per head). Default: 32.
-        qkv_bias (bool): Biases on the q/k/v projection. Default: True.
-        attn_drop_rate (float): Dropout on the attention weights (training only). Default: 0.
+        window_size (int): Window side w. Default: 8.
+        num_landmarks (int): Rank r of the dynamic projection. Default: 32.
+        qkv_bias (bool): Biases of the q/k/v projection. Default: True.
+        attn_drop_rate (float): Dropout on the attention weights. Default: 0.
         proj_drop_rate (float): Dropout after the output projection. Default: 0.
-        norm_cfg (dict, optional): The four DualLN norms. Default: None, meaning
-            ``dict(type='LN', eps=1e-6)`` as MiT's norms.
+        norm_cfg (dict, optional): The four DualLN norms. Default: None
+            (``dict(type='LN', eps=1e-6)``).
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
+    # Window and rank chosen for SegFormer-B3's stage grids (the paper's mechanism, not its sizes).
     variants = {'ls': Variant('Long-Short (Transformer-LS)',
                               dict(window_size=8, num_landmarks=32))}
     example_args = dict(num_heads=2, window_size=2, num_landmarks=4)
     extra_examples = {'odd-window': dict(num_heads=2, window_size=3, num_landmarks=3)}
-    spectral = False
-    stores_grid = False
     flop_terms = ('qkv', 'dynamic_projection', 'long_range_kv', 'attention', 'proj')
-    # The window grid (rows, cols of windows and their padding) is sized in Python from H, W:
-    # torch.export fixes it at the example's size (onnxruntime then fails on other sizes).
+    # The window grid is sized in Python from H, W: torch.export fixes it at the example's size.
     onnx_dynamic_shape = False
 
     def __init__(self,
@@ -125,16 +104,8 @@ class LongShortAttentionMixer(TokenMixer):
         return qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
     def long_range_keys_values(self, x: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
-        """Normed projected keys and values ``(B, heads, r, d)``: ``LN_L(P^T K)``, ``LN_L(P^T V)``.
-
-        In at least fp32, autocast off. Each column of P spreads a unit mass over all N tokens:
-        at N = 65,536 (B3 stage 1, 1024 crop) typical entries are near 1/N = 1.5e-5, below fp16's
-        smallest normal number (6.1e-5), where fp16 keeps fewer bits (a measured 99.6% of the
-        entries subnormal at that size); and each entry of P^T K sums N products. The error this
-        causes at initialisation is small (2e-4 relative on the long keys), but the island costs
-        O(N r C), little next to the attention, and rules this branch out as a source of the
-        fp16 instability that the AFNO paper reports for this model.
-        """
+        """``LN_L(P^T K)``, ``LN_L(P^T V)`` ``(B, heads, r, d)``, in at least fp32 with autocast off
+        (P's entries are near 1/N, below fp16's normal range; ``BENCHMARKS.md``)."""
         batch, tokens, _ = x.shape
         dtype = torch.promote_types(x.dtype, torch.float32)
         with torch.autocast(x.device.type, enabled=False):
@@ -147,26 +118,19 @@ class LongShortAttentionMixer(TokenMixer):
         return long_key, long_value
 
     def key_mask(self, hw_shape: tuple[int, int], device: torch.device) -> Tensor:
-        """``(1, nW, 1, (w + 2p)^2 + r)`` bool: True where a window's key lies inside the grid.
-
-        4-D on purpose: torch's fused CPU (flash) kernel takes a mask only in that layout and
-        otherwise falls back to the math path, which stores the attention weights.
-        """
+        """``(1, nW, 1, (w + 2p)^2 + r)`` bool, True where a key lies inside the grid (4-D: the
+        only mask layout torch's CPU flash kernel takes)."""
         inside = torch.ones(1, *hw_shape, 1, device=device)  # padded with zeros below
         landmarks = inside.new_ones(1, self.num_landmarks, 1)
         return (self.window_keys(inside, landmarks, hw_shape) > 0).transpose(2, 3)
 
     def window_keys(self, grid: Tensor, landmarks: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         """Each window's keys ``(M, nW, (w + 2p)^2 + r, d)``: its key region (zero outside the
-        grid), then the ``r`` long keys. ``grid``: ``(M, H, W, d)``; ``landmarks``: ``(M, r, d)``.
+        grid), then the ``r`` long keys; ``grid (M, H, W, d)``, ``landmarks (M, r, d)``.
 
-        Padded by ``p`` before and to whole windows plus one after, the grid is cut into ``w x w``
-        blocks; the key region of window ``(a, b)`` is then block ``(a, b)``, the first ``2p``
-        columns of block ``(a, b + 1)``, the first ``2p`` rows of block ``(a + 1, b)`` and the
-        ``2p x 2p`` corner of block ``(a + 1, b + 1)``. One concatenation of these shifted views
-        builds every window's keys; its backward is slice-adds (``Tensor.unfold``'s backward, the
-        obvious alternative, is much slower on CPU). The order of the keys inside a window does
-        not matter to attention; :meth:`key_mask` is built by this same function.
+        Padded to whole ``w x w`` blocks, window ``(a, b)``'s region is block ``(a, b)``, the
+        first ``2p`` columns of ``(a, b + 1)``, the first ``2p`` rows of ``(a + 1, b)`` and the
+        ``2p x 2p`` corner of ``(a + 1, b + 1)``: one concatenation of shifted views.
         """
         height, width = hw_shape
         win, halo = self.window_size, self.window_size // 2
@@ -186,12 +150,8 @@ class LongShortAttentionMixer(TokenMixer):
 
     def attend(self, query: Tensor, key: Tensor, value: Tensor, long_key: Tensor,
                long_value: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        """Each window's queries against its key region and the long keys: ``(B, N, C)``.
-
-        ``query``, ``key``, ``value``: ``(B, heads, N, d)`` (keys/values not yet normed);
-        ``long_key``, ``long_value``: ``(B, heads, r, d)`` (normed). Returns the heads
-        concatenated, before the output projection.
-        """
+        """Windowed queries ``(B, heads, N, d)`` against their regions' keys (normed here) and the
+        normed long keys ``(B, heads, r, d)``: heads concatenated ``(B, N, C)``."""
         height, width = hw_shape
         batch, heads, tokens, dims = query.shape
         win, dtype = self.window_size, query.dtype

@@ -1,39 +1,18 @@
-"""Shared helpers of the spectral token mixers (AFNO, GFN, FNet, FNO).
+"""The transforms every spectral mixer (AFNO, GFN, FNet, FNO) is written in, plain torch.
 
-* **fp32 islands.** Spectral work runs in float32 with autocast disabled and the result is cast
-  back to the input dtype (:func:`run_in_fp32`). CPU FFTs have no half/bfloat16 kernels at all, and
-  cuFFT in half precision accepts only power-of-two sizes and loses accuracy on long transforms.
-* **Token <-> grid <-> spectrum.** Tokens ``(B, N, C)`` in row-major order of an ``H x W`` grid
-  are the channels-last grid ``(B, H, W, C)`` without a copy, but FFTs want the transformed axes
-  innermost, so the spectrum is handled channels-first, ``(B, C, H, W//2+1)``, contiguous
-  (:func:`tokens_to_spectrum`), and :func:`spectrum_to_grid` returns contiguous channels-last
-  grids. Both layout changes are :func:`transposed_copy`: one 2-D transpose per image, which
-  torch copies in cache-sized tiles. Left to itself, torch's FFT copies channels-last input
-  with its general strided copy, several times slower on grids larger than the cache, the
-  largest single cost of a spectral mixer there (``BENCHMARKS.md``).
-* **Cheap gradients.** The two transforms are each other's adjoint up to a per-column weight:
-  for ``Z = rfft2(X)`` the gradient is ``irfft2(w * dZ)`` and for ``Y = irfft2(Z)`` it is
-  ``rfft2(dY) / w``, with ``w = 1`` on column 0 (and the Nyquist column when ``W`` is even) and
-  ``1/2`` on the others (each stands for two conjugate modes) (:func:`hermitian_column_weight`).
-  :func:`tokens_to_spectrum` and :func:`spectrum_to_grid` use exactly that as their backward.
-  torch's own backward of ``rfft2`` zero-pads the spectrum to the full grid and runs a complex
-  FFT of it (plus copies), several times the cost of the forward transform.
-* **Low-frequency bands** (:class:`SpectralBand`) for the hard truncation of AFNO and the kept
-  modes of FNO, both on the last two axes ``(H, W//2+1)`` of an ``rfft2`` spectrum. Column ``j``
-  of the half axis has frequency ``j``; row ``i`` of the full axis has the signed frequency
-  ``k = i`` for ``i <= H/2`` and ``k = i - H`` otherwise. A band that keeps ``m_h`` row and
-  ``m_w`` column frequencies holds the rows with ``|k| < m_h`` (both signs, so the band is closed
-  under the Hermitian symmetry of a real signal's spectrum) and the columns ``j < m_w``: two
-  contiguous row ranges ``[0, n_low)`` and ``[H - n_high, H)``, so gathering and scattering are
-  slices, not index ops.
-* **FFT FLOP formulas**, so every mixer counts transforms the same way (see ``base.py``):
-  ``5 N log2 N`` for a complex FFT of N points, ``2.5 N log2 N`` for a real-input or real-output
-  one.
+Conventions (``docs/flops.md`` for their cost): transforms are orthonormal (``norm='ortho'``) over
+the token grid; tokens ``(B, H*W, C)`` are in row-major order of the ``H x W`` grid; spectra are
+channels first, ``(B, C, H, W//2+1)``; a :class:`SpectralBand` names the kept low frequencies.
+Spectral work runs in float32 with autocast off (:func:`run_in_fp32`): CPU FFTs have no half
+kernels and cuFFT's need power-of-two sizes.
+
+:func:`rfft2` and :func:`irfft2` (with a band: only its rows and columns) and :func:`fft3` are the
+transforms the mixers' formulas call, and the only ones run during ONNX export (the fused
+training paths are not taken there); ``fast=True`` swaps in :mod:`.spectral_fast`'s
+adjoint-gradient versions (same values, cheaper backward).
 
 References:
-    Guibas et al., "Adaptive Fourier Neural Operators: Efficient Token Mixers for Transformers",
-    ICLR 2022 (arXiv:2111.13587). Li et al., "Fourier Neural Operator for Parametric Partial
-    Differential Equations", ICLR 2021 (arXiv:2010.08895).
+    Guibas et al., arXiv:2111.13587 (AFNO). Li et al., arXiv:2010.08895 (FNO).
 """
 import math
 from collections.abc import Callable
@@ -43,14 +22,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = [
-    'SpectralBand', 'channels_first_grid', 'complex_matmul_in_real_arithmetic', 'fft_flops',
-    'fp32_island', 'grid_to_tokens',
-    'hermitian_column_weight', 'irfft2_to_tokens', 'kept_count', 'rfft2_flops', 'rfft2_of_tokens',
-    'run_in_fp32', 'signed_frequencies',
-    'spectral_dtype', 'spectrum_to_grid', 'tokens_from_channels_first', 'tokens_to_grid',
-    'tokens_to_spectrum', 'transposed_copy'
-]
+from . import spectral_fast
+
+__all__ = ['SpectralBand', 'fft3', 'fft_flops', 'fp32_island', 'grid_to_tokens', 'irfft2',
+           'kept_count', 'rfft2', 'rfft2_flops', 'run_in_fp32', 'signed_frequencies',
+           'spectral_dtype', 'tokens_to_grid']
 
 
 @contextmanager
@@ -69,11 +45,8 @@ def spectral_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def run_in_fp32(fn: Callable[..., Tensor], x: Tensor, *args, **kwargs) -> Tensor:
-    """Call ``fn(x_fp32, *args, **kwargs)`` with autocast off and cast its result to ``x.dtype``.
-
-    ``fn`` must cast any parameter it uses to ``x_fp32.dtype`` (a no-op for float32 parameters;
-    it matters after ``module.half()``).
-    """
+    """``fn(x_fp32, *args, **kwargs)`` with autocast off, cast back to ``x.dtype``; ``fn`` casts
+    its parameters to ``x_fp32.dtype`` (it matters after ``module.half()``)."""
     with fp32_island(x.device.type):
         out = fn(x.to(spectral_dtype(x.dtype)), *args, **kwargs)
     return out.to(x.dtype)
@@ -89,112 +62,31 @@ def grid_to_tokens(x: Tensor) -> Tensor:
     return x.reshape(x.shape[0], x.shape[1] * x.shape[2], x.shape[-1])
 
 
-def hermitian_column_weight(width: int, num_columns: int | None = None, *, dtype=torch.float32,
-                            device=None) -> Tensor:
-    """Weight ``w`` of the half-spectrum columns of an ``rfft2`` over a grid ``width`` wide.
-
-    ``w = 1`` on column 0 and, for even ``width``, on the Nyquist column ``width // 2``; ``1/2``
-    elsewhere (those columns stand for a mode and its conjugate). The adjoint of ``Z = rfft2(X)``
-    (orthonormal) is ``irfft2(w * Z)`` and that of ``irfft2`` is ``rfft2(.) / w``. Only the first
-    ``num_columns`` (default ``width // 2 + 1``) are returned.
-    """
-    weight = torch.full((width // 2 + 1,), 0.5, dtype=dtype, device=device)
-    weight[0] = 1.0
-    if width % 2 == 0:
-        weight[-1] = 1.0
-    return weight[:num_columns]
+def rfft2(x: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None' = None,
+          fast: bool = True) -> Tensor:
+    """``Z = rfft2(X)`` of tokens ``(B, H*W, C)`` -> ``(B, C, H, W//2+1)``, or the band's kept
+    modes ``(B, C, rows, cols)``."""
+    if fast:
+        spectrum = spectral_fast.tokens_to_spectrum(x, hw_shape)
+    else:
+        spectrum = torch.fft.rfft2(tokens_to_grid(x, hw_shape).permute(0, 3, 1, 2), norm='ortho')
+    return spectrum if band is None else band.gather(spectrum)
 
 
-def transposed_copy(x: Tensor) -> Tensor:
-    """``(B, P, Q) -> (B, Q, P)``, contiguous, copied one 2-D matrix at a time.
-
-    For a contiguous ``x`` each ``x[b].t()`` takes torch's tiled 2-D transpose copy; a single
-    ``x.transpose(1, 2).contiguous()`` takes the general strided copy instead (see the module
-    docstring for the difference). On other devices: one batched transpose copy.
-    """
-    if x.device.type != 'cpu':
-        return x.transpose(1, 2).contiguous()
-    out = x.new_empty(x.shape[0], x.shape[2], x.shape[1])
-    for index in range(x.shape[0]):
-        out[index].copy_(x[index].t())
-    return out
+def irfft2(modes: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None' = None,
+           fast: bool = True) -> Tensor:
+    """``X = irfft2(Z)`` of ``(B, C, H, W//2+1)`` (or a band's modes, zero elsewhere) -> tokens
+    ``(B, H*W, C)``."""
+    spectrum = modes if band is None else band.scatter(modes)
+    if fast:
+        return spectral_fast.spectrum_to_grid(spectrum, hw_shape).flatten(1, 2)
+    return torch.fft.irfft2(spectrum, s=tuple(hw_shape), norm='ortho').flatten(2).mT
 
 
-def channels_first_grid(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """Tokens ``(B, H*W, C)`` -> contiguous channels-first grid ``(B, C, H, W)`` (a copy)."""
-    return transposed_copy(x).view(x.shape[0], x.shape[-1], *hw_shape)
-
-
-def tokens_from_channels_first(grid: Tensor) -> Tensor:
-    """Channels-first grid ``(B, C, H, W)`` -> contiguous tokens ``(B, H*W, C)`` (a copy)."""
-    return transposed_copy(grid.reshape(grid.shape[0], grid.shape[1], -1))
-
-
-def rfft2_of_tokens(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """Orthonormal ``rfft2`` of tokens ``(B, H*W, C)`` -> ``(B, C, H, W//2+1)``; plain torch
-    autograd (for a Function's own forward/backward; :func:`tokens_to_spectrum` otherwise)."""
-    return torch.fft.rfft2(channels_first_grid(x, hw_shape), norm='ortho')
-
-
-def irfft2_to_tokens(spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """Orthonormal ``irfft2`` of ``(B, C, H, W//2+1)`` -> contiguous tokens ``(B, H*W, C)``;
-    plain torch autograd (see :func:`rfft2_of_tokens`)."""
-    return tokens_from_channels_first(torch.fft.irfft2(spectrum, s=tuple(hw_shape), norm='ortho'))
-
-
-class _TokensToSpectrum(torch.autograd.Function):
-    """``rfft2`` of tokens with the adjoint ``irfft2(w * dZ)`` as backward (differentiable)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        ctx.hw_shape = hw_shape
-        return rfft2_of_tokens(x, hw_shape)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        weight = hermitian_column_weight(ctx.hw_shape[1], dtype=grad.real.dtype,
-                                         device=grad.device)
-        return grid_to_tokens(spectrum_to_grid(grad * weight, ctx.hw_shape)), None
-
-
-class _SpectrumToGrid(torch.autograd.Function):
-    """``irfft2`` to a channels-last grid with the adjoint ``rfft2(dY) / w`` as backward."""
-
-    @staticmethod
-    def forward(ctx, spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        ctx.hw_shape = hw_shape
-        return tokens_to_grid(irfft2_to_tokens(spectrum, hw_shape), hw_shape)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        weight = hermitian_column_weight(ctx.hw_shape[1], dtype=grad.dtype, device=grad.device)
-        return tokens_to_spectrum(grid_to_tokens(grad), ctx.hw_shape) / weight, None
-
-
-def tokens_to_spectrum(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """Orthonormal ``rfft2`` of tokens ``(B, H*W, C)`` over the grid -> ``(B, C, H, W//2+1)``.
-
-    The result is contiguous. Its backward is the adjoint transform (see the module docstring),
-    itself differentiable.
-    """
-    return _TokensToSpectrum.apply(x, tuple(hw_shape))
-
-
-def spectrum_to_grid(spectrum: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """Orthonormal ``irfft2`` of ``(B, C, H, W//2+1)`` -> contiguous grid ``(B, H, W, C)``.
-
-    Backward: the adjoint transform (see the module docstring), itself differentiable.
-    """
-    return _SpectrumToGrid.apply(spectrum, tuple(hw_shape))
-
-
-def complex_matmul_in_real_arithmetic(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` of complex tensors from four real matmuls (ONNX has no complex matmul; its
-    exporter represents complex tensors as real ones with a trailing ``[re, im]`` axis)."""
-    a_parts, b_parts = torch.view_as_real(a), torch.view_as_real(b)
-    a_real, a_imag, b_real, b_imag = a_parts[..., 0], a_parts[..., 1], b_parts[..., 0], b_parts[
-        ..., 1]
-    return torch.complex(a_real @ b_real - a_imag @ b_imag, a_real @ b_imag + a_imag @ b_real)
+def fft3(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    """The complex DFT of tokens ``(B, H*W, C)`` over ``(H, W, C)`` -> ``(B, H*W, C)``."""
+    return grid_to_tokens(torch.fft.fftn(tokens_to_grid(x, hw_shape), dim=(1, 2, 3),
+                                         norm='ortho'))
 
 
 def signed_frequencies(n: int) -> Tensor:

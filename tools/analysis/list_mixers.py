@@ -2,16 +2,18 @@
 
     python tools/analysis/list_mixers.py                  # Markdown table on stdout
     python tools/analysis/list_mixers.py --update README.md
+    python tools/analysis/list_mixers.py --write-configs configs/_base_/mixers
 
 ``--update FILE`` replaces the table between the lines ``<!-- mixer-catalogue:begin -->`` and
 ``<!-- mixer-catalogue:end -->`` of FILE (the README's table is kept that way, and a test checks
-it is current).
+it is current). ``--write-configs DIR`` writes ``DIR/{name}.py`` (``{name}_mixer = dict(...)``)
+for every listed variant, from its class's declaration.
 """
 import argparse
 import sys
 from pathlib import Path
 
-from afno_seg.mixers.catalogue import catalogue_markdown
+from afno_seg.mixers.catalogue import base_config_text, catalogue_markdown, mixer_catalogue
 
 BEGIN, END = '<!-- mixer-catalogue:begin -->', '<!-- mixer-catalogue:end -->'
 
@@ -27,7 +29,13 @@ def replace_table(text: str, table: str, path: str = 'the file') -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--update', metavar='FILE', help='rewrite the table in FILE')
+    parser.add_argument('--write-configs', metavar='DIR', help='write the variant base configs')
     args = parser.parse_args(argv)
+    if args.write_configs:
+        for entry in mixer_catalogue():
+            (Path(args.write_configs) / f'{entry.name}.py').write_text(base_config_text(entry))
+        print(f'wrote {len(mixer_catalogue())} mixer configs to {args.write_configs}')
+        return 0
     table = catalogue_markdown()
     if not args.update:
         print(table, end='')

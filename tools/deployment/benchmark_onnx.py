@@ -64,7 +64,7 @@ def b3_config(name: str, scale) -> Config:
 
 def mixers_alone(args) -> list:
     """Each variant's mixer by itself, built as the backbone builds it (stage 1 arguments)."""
-    from afno_seg.mixers import build_mixer
+    from afno_seg.backbones.stage import build_mixer
     height, width, channels = args.mixers_alone
     results = []
     for name, cfg in demo_model_configs(DEMO, args.variants).items():

@@ -1,6 +1,5 @@
-# AFNO-100%: adaptive Fourier neural operator with every frequency kept (8 blocks, soft-shrink
-# 0.01). AFNO paper, Table 4: 80.9 mIoU.
-# One definition, used by the Cityscapes and the MMPretrain configs.
+# AFNO-100%: AFNOMixer.variants['afno']
+# in afno_seg/mixers/afno.py, written here by tools/analysis/list_mixers.py --write-configs.
 afno_mixer = dict(
     type='AFNOMixer',
     num_blocks=8,

@@ -1,6 +1,5 @@
-# AFNO-25%: AFNO keeping the lowest 25% of the modes along both grid axes (the rest are zeroed and
-# skip the spectral MLP).
-# One definition, used by the Cityscapes and the MMPretrain configs.
+# AFNO-25%: AFNOMixer.variants['afno25']
+# in afno_seg/mixers/afno.py, written here by tools/analysis/list_mixers.py --write-configs.
 afno25_mixer = dict(
     type='AFNOMixer',
     num_blocks=8,

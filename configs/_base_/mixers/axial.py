@@ -1,3 +1,3 @@
-# Axial attention: multi-head attention along H, then along W (heads from the backbone stage).
-# One definition, used by the Cityscapes and the MMPretrain configs.
+# axial attention: AxialAttentionMixer.variants['axial']
+# in afno_seg/mixers/axial.py, written here by tools/analysis/list_mixers.py --write-configs.
 axial_mixer = dict(type='AxialAttentionMixer')

@@ -1,3 +1,3 @@
-# FNet: the real part of the 3-D DFT over (H, W, C); no parameters.
-# One definition, used by the Cityscapes and the MMPretrain configs.
+# FNet: FNetMixer.variants['fnet']
+# in afno_seg/mixers/fnet.py, written here by tools/analysis/list_mixers.py --write-configs.
 fnet_mixer = dict(type='FNetMixer')

@@ -1,4 +1,3 @@
-# Global filter network: a learned complex filter per channel, stored at the stage grids of the
-# backbone's base_img_size (256, 128, 64, 32 for the 1024x1024 crop) and resized for other sizes.
-# One definition, used by the Cityscapes and the MMPretrain configs.
+# GFN: GlobalFilterMixer.variants['gfn']
+# in afno_seg/mixers/gfn.py, written here by tools/analysis/list_mixers.py --write-configs.
 gfn_mixer = dict(type='GlobalFilterMixer')

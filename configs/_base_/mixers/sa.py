@@ -1,4 +1,3 @@
-# Full self-attention (no spatial reduction): quadratic in the tokens (65536 of them in stage 1 of
-# a 1024x1024 crop); runs through fused scaled-dot-product attention kernels.
-# One definition, used by the Cityscapes and the MMPretrain configs.
+# full self-attention: FullSelfAttentionMixer.variants['sa']
+# in afno_seg/mixers/attention.py, written here by tools/analysis/list_mixers.py --write-configs.
 sa_mixer = dict(type='FullSelfAttentionMixer')

@@ -1,0 +1,29 @@
+"""Small instances of every registered mixer for the test suites, from each class's declared
+``example_args`` and ``extra_examples`` (declared on the class, so a new mixer file is covered
+by every suite without editing one)."""
+import copy
+
+from afno_seg.mixers import mixer_classes
+from afno_seg.mixers.catalogue import declared
+
+#: Channels of the tokens the examples are built for (every example divides it).
+EXAMPLE_EMBED_DIMS = 16
+
+
+def example_cases() -> list[tuple[str, type, dict]]:
+    """``(case id, class, kwargs)`` for every mixer: its ``example_args``, then each of its
+    ``extra_examples`` (id ``ClassName-suffix``); kwargs include ``embed_dims``."""
+    cases = []
+    for cls in mixer_classes():
+        examples = {'': declared(cls, 'example_args'), **declared(cls, 'extra_examples')}
+        for suffix, args in examples.items():
+            kwargs = dict(embed_dims=EXAMPLE_EMBED_DIMS, **copy.deepcopy(args))
+            cases.append((cls.__name__ + (f'-{suffix}' if suffix else ''), cls, kwargs))
+    return cases
+
+
+def example_configs() -> dict[str, dict]:
+    """Case id -> mixer config without ``embed_dims`` (the backbone fills in each stage's)."""
+    return {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
+                                                if k != 'embed_dims'})
+            for case_id, cls, kwargs in example_cases()}
