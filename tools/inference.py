@@ -2,12 +2,13 @@
 
     python tools/inference.py CONFIG CHECKPOINT INPUT... --out-dir DIR [--format cityscapes]
         [--opacity 0.5] [--device cpu|cuda] [--mode whole|slide] [--batch-size N]
-        [--backend pytorch|onnxruntime --onnx FILE] [--cfg-options k=v ...]
+        [--backend pytorch|onnxruntime --onnx FILE] [--mixer SPEC] [--cfg-options k=v ...]
 
 Writes DIR/labels/*.png (train ids; ``--format cityscapes``: labelIds for the test server),
 DIR/overlays/*.png, DIR/videos/* (overlay video per input video) and DIR/summary.json (per input:
 size, inference time, classes present). With ``--backend onnxruntime`` the network runs from the
 ONNX file of tools/deployment/pytorch2onnx.py and the config's pre/post-processing stays the same.
+``--mixer SPEC`` as in tools/train.py; the derived config is written to DIR.
 """
 import argparse
 import sys
@@ -25,6 +26,7 @@ from afno_seg.deployment import (
 )
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
+from afno_seg.mixer_switch import write_switched_config
 
 
 def parse_args(argv=None):
@@ -46,6 +48,10 @@ def parse_args(argv=None):
     parser.add_argument('--no-progress', action='store_true', help='no progress bar')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
+    parser.add_argument('--mixer', metavar='SPEC',
+                        help='turn a SegFormer config (mmseg MixVisionTransformer or MixerMiT) '
+                        'into MixerMiT with these token mixers: afno, afno+afno+esa+esa, '
+                        'afno:sparsity_threshold=0.1 (tools/analysis/list_mixers.py lists them)')
     return parser.parse_args(argv)
 
 
@@ -58,7 +64,8 @@ def main(argv=None) -> None:
         raise UserError('--backend onnxruntime and --onnx FILE go together')
     files = collect_inputs(args.inputs)  # bad inputs fail before the model is built
     session = onnx_session(args.onnx, device=args.device) if args.onnx else None
-    model = load_segmentor(args.config, args.checkpoint, args.device, args.cfg_options, args.mode)
+    config = write_switched_config(args.config, args.mixer, args.out_dir, args.cfg_options)
+    model = load_segmentor(config, args.checkpoint, args.device, args.cfg_options, args.mode)
     if session is not None:
         use_onnxruntime(model, session, args.onnx)
     meta = dict(config=args.config, checkpoint=args.checkpoint, backend=args.backend,

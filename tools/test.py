@@ -1,12 +1,14 @@
 """Evaluate a checkpoint on a config's test set, with mmseg's tools/test.py flags.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR] [--show] [--show-dir DIR]
-                         [--tta] [--format-only DIR] [--cfg-options k=v ...]
+                         [--tta] [--format-only DIR] [--mixer SPEC] [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
 
 Prints per-class IoU/Acc and mIoU (IoUMetric). ``--show-dir`` saves prediction overlays,
 ``--out`` keeps the raw prediction PNGs, ``--format-only DIR`` writes the Cityscapes test-server
 format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing metrics.
+``--mixer SPEC`` as in tools/train.py (a config a ``--mixer`` training wrote into its work_dir
+needs no switch).
 """
 import argparse
 import os
@@ -18,6 +20,7 @@ import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP 
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
 from afno_seg.engine.preflight import check_checkpoint
+from afno_seg.mixer_switch import resolve_config_path, switch_mixer
 
 
 def parse_args(argv=None):
@@ -38,6 +41,10 @@ def parse_args(argv=None):
         '--cfg-options', nargs='+', action=DictAction,
         help='override some settings in the used config, the key-value pair in xxx=yyy format '
         'will be merged into config file')
+    parser.add_argument('--mixer', metavar='SPEC',
+                        help='turn a SegFormer config (mmseg MixVisionTransformer or MixerMiT) '
+                        'into MixerMiT with these token mixers: afno, afno+afno+esa+esa, '
+                        'afno:sparsity_threshold=0.1 (tools/analysis/list_mixers.py lists them)')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--tta', action='store_true', help='test time augmentation')
@@ -66,7 +73,9 @@ def main(argv=None) -> None:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
     check_checkpoint(args.checkpoint)  # a bad file named at once, not after the Runner's log
-    cfg = load_config(args.config, args.launcher, args.cfg_options, args.work_dir)
+    cfg = switch_mixer(load_config(resolve_config_path(args.config), args.launcher,
+                                   args.cfg_options, args.work_dir), args.mixer, pretrained=False,
+                       default_work_dir=args.work_dir is None)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
         trigger_visualization_hook(cfg, args)

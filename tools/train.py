@@ -1,6 +1,7 @@
 """Train a segmentor (or classifier) from an OpenMMLab config, with mmseg's tools/train.py flags.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp] [--cfg-options k=v ...]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp] [--mixer SPEC]
+                          [--cfg-options k=v ...]
     bash tools/dist_train.sh CONFIG GPUS [args]          # torchrun, --launcher pytorch
 
 Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (bfloat16 autocast, BN for
@@ -10,6 +11,9 @@ checkpoint stop at once with a message saying what to do.
 Interruptions (docs/reliability.md): SIGTERM, SIGINT or SIGUSR1 finish the current iteration, save a
 checkpoint and exit with status 75; run the same command with ``--resume`` to continue exactly.
 A process restarted by torchrun (``--max-restarts``) or requeued by Slurm resumes by itself.
+
+``--mixer SPEC`` trains any SegFormer config (a path or ``mmseg::segformer/...py``) with other token
+mixers (:mod:`afno_seg.mixer_switch`); the derived config is written into the work_dir.
 """
 import argparse
 import logging
@@ -23,6 +27,7 @@ import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP 
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
 from afno_seg.engine.preemption import restart_count
+from afno_seg.mixer_switch import resolve_config_path, switch_mixer
 
 
 def parse_args(argv=None):
@@ -39,6 +44,10 @@ def parse_args(argv=None):
         '--cfg-options', nargs='+', action=DictAction,
         help='override some settings in the used config, the key-value pair in xxx=yyy format '
         'will be merged into config file, e.g. train_dataloader.batch_size=2')
+    parser.add_argument('--mixer', metavar='SPEC',
+                        help='turn a SegFormer config (mmseg MixVisionTransformer or MixerMiT) '
+                        'into MixerMiT with these token mixers: afno, afno+afno+esa+esa, '
+                        'afno:sparsity_threshold=0.1 (tools/analysis/list_mixers.py lists them)')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -51,7 +60,9 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
-    cfg = load_config(args.config, args.launcher, args.cfg_options, args.work_dir)
+    cfg = switch_mixer(load_config(resolve_config_path(args.config), args.launcher,
+                                   args.cfg_options, args.work_dir), args.mixer,
+                       default_work_dir=args.work_dir is None)
     if args.amp:
         optim_wrapper = cfg.optim_wrapper.type
         if optim_wrapper == 'AmpOptimWrapper':

@@ -6,10 +6,9 @@ What ``tools/analysis/get_flops.py`` and ``tools/analysis/mixer_table.py`` run p
 """
 import time
 
-from mmengine import Config
 from mmengine.registry import init_default_scope
 
-__all__ = ['analyze_config', 'build_segmentor', 'image_shape']
+__all__ = ['analyze_config', 'build_segmentor', 'depth_scaled_cost', 'image_shape']
 
 
 def image_shape(shape: list[int]) -> tuple[int, int]:
@@ -20,14 +19,15 @@ def image_shape(shape: list[int]) -> tuple[int, int]:
     raise ValueError(f'--shape takes H W or one size, got {shape}')
 
 
-def build_segmentor(config: str, cfg_options: dict | None = None):
-    """Build the model of ``config`` (weights are not loaded) and return ``(model, cfg)``."""
+def build_segmentor(config: str, cfg_options: dict | None = None, mixer: str | None = None):
+    """Build the model of ``config`` (a path or ``mmseg::...``; weights are not loaded), with the
+    backbone mixers of the ``--mixer`` spec ``mixer`` if given, and return ``(model, cfg)``."""
     from mmseg.registry import MODELS
 
     import afno_seg  # noqa: F401  (registers the backbone and mixers)
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+
+    from ..mixer_switch import load_switched_config
+    cfg = load_switched_config(config, mixer, cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     model = MODELS.build(cfg.model)
     if getattr(model, 'auxiliary_head', None) is not None:
@@ -36,14 +36,97 @@ def build_segmentor(config: str, cfg_options: dict | None = None):
 
 
 def analyze_config(config: str, shape: tuple[int, int], cfg_options: dict | None = None,
-                   device: str = 'cpu', real_attention: bool = False) -> dict:
-    """Build ``config`` and return :func:`afno_seg.analysis.breakdown.analyze_segmentor`'s result
-    with ``config``, ``cfg_options`` and ``trace_seconds`` added."""
+                   device: str = 'cpu', real_attention: bool = False,
+                   mixer: str | None = None) -> dict:
+    """Build ``config`` (with the ``--mixer`` spec ``mixer``) and return
+    :func:`afno_seg.analysis.breakdown.analyze_segmentor`'s result with ``config``,
+    ``cfg_options``, ``mixer`` and ``trace_seconds`` added."""
     from .breakdown import analyze_segmentor
-    model, _ = build_segmentor(config, cfg_options)
+    model, _ = build_segmentor(config, cfg_options, mixer)
     start = time.perf_counter()
     result = analyze_segmentor(model, shape, attention_stand_in=not real_attention,
                                device=device)
-    result.update(config=str(config), cfg_options=cfg_options or {},
+    result.update(config=str(config), cfg_options=cfg_options or {}, mixer=mixer,
                   trace_seconds=round(time.perf_counter() - start, 1))
+    return result
+
+
+def _model_key(cfg) -> str:
+    """The segmentor config without the per-stage depths (and drop path, inert in eval): models
+    with equal keys have identical stage layers, so their 1- and 2-layer traces are shared."""
+    model = cfg.model.to_dict()
+    for key in ('num_layers', 'drop_path_rate', 'arch'):
+        model['backbone'].pop(key, None)
+    return repr(sorted(model.items(), key=lambda kv: kv[0]))
+
+
+def _extrapolate(shallow: dict, deep: dict, depths: list[int]) -> dict:
+    """``shallow`` (1 layer per stage) and ``deep`` (2) traced: the result at ``depths``.
+
+    Layers of a stage are identical modules on the same grid, so each stage row grows by
+    ``deep - shallow`` per extra layer; rows outside the stages (decode head) are equal."""
+    rows, total = [], dict(shallow['total'])
+    for low, high in zip(shallow['rows'], deep['rows']):
+        assert (low['group'], low['component']) == (high['group'], high['component'])
+        row = dict(low)
+        if low['group'].startswith('stage '):
+            extra = depths[int(low['group'].split()[1]) - 1] - 1
+            for key in ('macs', 'flops', 'params', 'analytic_flops'):
+                if key in low:
+                    step = high[key] - low[key]
+                    row[key] = low[key] + extra * step
+                    if key in total:
+                        total[key] += extra * step
+        rows.append(row)
+    stages = {name: dict(info, layers=depths[int(name.split()[1]) - 1],
+                         mixers={k: depths[int(name.split()[1]) - 1] for k in info['mixers']})
+              for name, info in shallow['stages'].items()}
+    return dict(shallow, rows=rows, total=total, stages=stages)
+
+
+def depth_scaled_cost(config: str, mixer: str | None, shape: tuple[int, int],
+                      cfg_options: dict | None = None, cache: dict | None = None) -> dict:
+    """:func:`analyze_config`'s result for a SegFormer config at ``shape`` without tracing the
+    whole depth: the model is traced with 1 and with 2 layers per stage and each stage's rows
+    extrapolated linearly to its ``num_layers`` (exact: a stage repeats one layer on one grid;
+    ``tests/test_mixer_switch.py`` checks it against a full trace). B5 at 1024 x 1024 thus costs
+    two shallow traces instead of one of 52 layers, and B1-B5 share theirs through ``cache``.
+
+    Args:
+        config (str): Path or ``mmseg::...`` config with a MiT/MixerMiT backbone.
+        mixer (str, optional): ``--mixer`` spec (None: the config's own mixers).
+        shape (tuple[int, int]): Input ``(H, W)``.
+        cfg_options (dict, optional): Overrides merged first.
+        cache (dict, optional): Shallow traces by model key, shared between calls.
+
+    Returns:
+        dict: As :func:`analyze_config`, plus ``depth_scaled=True``.
+    """
+    from mmseg.registry import MODELS
+
+    import afno_seg  # noqa: F401  (registers the backbone and mixers)
+
+    from ..backbones.mixer_mit import ARCH_SETTINGS
+    from ..mixer_switch import load_switched_config
+    from .breakdown import analyze_segmentor
+    cfg = load_switched_config(config, mixer, cfg_options)
+    backbone = cfg.model.backbone
+    if backbone.get('arch'):  # spell the sizes out, so that num_layers can change
+        backbone.update(ARCH_SETTINGS[backbone.pop('arch')])
+    depths = list(backbone.num_layers)
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    cache = {} if cache is None else cache
+    key = (_model_key(cfg), tuple(shape))
+    start = time.perf_counter()
+    if key not in cache:
+        traced = []
+        for depth in (1, 2):
+            backbone.num_layers = [depth] * len(depths)
+            model = MODELS.build(cfg.model)
+            model.auxiliary_head = None  # training-only, as mmseg's get_flops
+            traced.append(analyze_segmentor(model, shape))
+        cache[key] = traced
+    result = _extrapolate(*cache[key], depths)
+    result.update(config=str(config), cfg_options=cfg_options or {}, mixer=mixer,
+                  depth_scaled=True, trace_seconds=round(time.perf_counter() - start, 1))
     return result

@@ -12,7 +12,6 @@ run's exact model stays on disk next to its checkpoints and can be handed to ``t
 A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and
 ``runs/<row>/seed<S>/eval_<scale>x`` (one ``tools/test.py`` work dir per evaluation scale).
 """
-import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,52 +19,13 @@ from pathlib import Path
 from mmengine.config import Config
 
 from ..engine.errors import UserError
+from ..mixer_switch import parse_mixer_spec
 from ..mixers import mixer_variants
 
 __all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
            'resize_step', 'scale_options', 'load_row_config']
 
 _NAME_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
-
-
-def _parse_value(text: str):
-    """A ``key=value`` value as a Python literal when it is one (numbers, tuples), else a str."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def parse_mixer_spec(spec: str, variants: dict[str, dict], num_stages: int = 4) -> list[dict]:
-    """The per-stage mixer dicts of a spec such as ``gfn``, ``afno+afno+esa+esa`` or
-    ``afno:sparsity_threshold=0.1``.
-
-    Args:
-        spec (str): Catalogue names joined by ``+`` (one, or one per stage), then optional
-            ``:key=value`` settings for every stage's mixer.
-        variants (dict[str, dict]): Catalogue, short name -> mixer config dict.
-        num_stages (int): Backbone stages. Default: 4.
-
-    Returns:
-        list[dict]: ``num_stages`` mixer config dicts.
-    """
-    names, *settings = spec.split(':')
-    stage_names = names.split('+')
-    unknown = [name for name in stage_names if name not in variants]
-    if unknown:
-        raise UserError(f'--mixers {spec}: unknown mixer {unknown[0]!r}; the catalogue has '
-                        f'{", ".join(sorted(variants))}')
-    if len(stage_names) not in (1, num_stages):
-        raise UserError(f'--mixers {spec}: give one mixer or {num_stages} joined by "+", got '
-                        f'{len(stage_names)}')
-    extra = {}
-    for setting in settings:
-        key, sep, value = setting.partition('=')
-        if not sep or not key:
-            raise UserError(f'--mixers {spec}: settings after ":" are key=value, got {setting!r}')
-        extra[key] = _parse_value(value)
-    stage_names = stage_names * (num_stages // len(stage_names))
-    return [dict(variants[name], **extra) for name in stage_names]
 
 
 def mixer_label(mixers) -> str:

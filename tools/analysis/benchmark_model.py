@@ -26,6 +26,8 @@ Usage::
     python tools/analysis/benchmark_model.py --crop 512                 # CPU, all B3 configs
     python tools/analysis/benchmark_model.py --device cuda --crop 1024  # GPU, fp16
     python tools/analysis/benchmark_model.py --quick --out /tmp/b       # seconds: B0-sized, 64 px
+    python tools/analysis/benchmark_model.py --configs \
+        mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py --mixer afno  # any SegFormer
 """
 import argparse
 import glob
@@ -71,7 +73,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--quick', action='store_true', help='smoke test: arch b0 with a '
                         '32-channel head, 64 px crop, batch 1, 1 round, no warm-up')
+    parser.add_argument('--mixer', metavar='SPEC', help='every config\'s MiT backbone as MixerMiT '
+                        'with these mixers (afno, afno+afno+esa+esa, afno:sparsity_threshold=0.1)')
     args = parse_run_arguments(parser, argv)
+    if args.mixer:
+        from afno_seg.engine import UserError
+        from afno_seg.mixer_switch import parse_mixer_spec
+        try:
+            parse_mixer_spec(args.mixer)
+        except UserError as error:
+            parser.error(str(error))
     args.configs = args.configs or sorted(
         glob.glob(osp.join(ROOT, 'configs', 'segformer_*_b3_cityscapes.py')))
     args.amp = args.amp or ('none' if args.device == 'cpu' else 'fp16')
@@ -82,8 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def prepare_cfg(path: str, args: argparse.Namespace):
-    from mmengine.config import Config
-    cfg = Config.fromfile(path)
+    from afno_seg.mixer_switch import load_switched_config
+    cfg = load_switched_config(path, args.mixer)  # also a path as mmseg::segformer/...
     backbone = cfg.model.backbone
     backbone.init_cfg = None  # random weights: no pretrained file needed
     if 'base_img_size' in backbone:
@@ -92,6 +103,8 @@ def prepare_cfg(path: str, args: argparse.Namespace):
     if args.quick:
         from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
         backbone.arch = 'b0'
+        for key in ('embed_dims', 'num_layers', 'num_heads'):  # MiT configs spell sizes out
+            backbone.pop(key, None)
         sizes = ARCH_SETTINGS['b0']
         cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
         cfg.model.decode_head.channels = 32

@@ -1,7 +1,9 @@
 """Cost of a segmentor per backbone stage and component, FFTs and attention counted.
 
 Same flags as mmseg's ``tools/analysis_tools/get_flops.py`` (``config``, ``--shape``,
-``--cfg-options``), plus ``--out`` (JSON + Markdown), ``--device`` and ``--real-attention``.
+``--cfg-options``), plus ``--out`` (JSON + Markdown), ``--device``, ``--real-attention`` and
+``--mixer SPEC`` (any SegFormer config, ``mmseg::segformer/...`` too, with other token mixers; see
+``afno_seg/mixer_switch.py``).
 Prints a Markdown table: per stage the patch embedding, the mixer split into FFT and the rest
 (spectral MLP / filter / attention products / projections, with the op names), the Mix-FFN and the
 norms; the decode head; the total; parameters of each; GMACs and GFLOPs (= 2 x GMACs); for mixers
@@ -18,6 +20,7 @@ B3 at 1024 x 1024 on two CPU cores). Attention runs through a shape-only stand-i
 minutes); ``--real-attention`` runs the real kernels.
 """
 import argparse
+import sys
 from pathlib import Path
 
 from mmengine import DictAction
@@ -39,6 +42,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--device', default='cpu', help='device to trace on (default: cpu)')
     parser.add_argument('--real-attention', action='store_true',
                         help='run the real attention kernels while tracing (same count, slower)')
+    parser.add_argument('--mixer', metavar='SPEC',
+                        help='MixerMiT with these mixers in place of the config\'s MiT backbone '
+                        '(afno, afno+afno+esa+esa, afno:sparsity_threshold=0.1)')
     return parser.parse_args(argv)
 
 
@@ -49,10 +55,11 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     shape = image_shape(args.shape)
     result = analyze_config(args.config, shape, args.cfg_options, args.device,
-                            args.real_attention)
+                            args.real_attention, args.mixer)
     result['summary'] = summarize(result)
     options = ' '.join(f'{k}={v}' for k, v in (args.cfg_options or {}).items())
-    title = f'{Path(args.config).name} at {shape[0]}x{shape[1]}' + (
+    name = Path(args.config).name + (f' --mixer {args.mixer}' if args.mixer else '')
+    title = f'{name} at {shape[0]}x{shape[1]}' + (
         f' ({options})' if options else '')
     markdown = breakdown_markdown(result, title)
     print(markdown)
@@ -63,4 +70,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    from afno_seg.engine import run_tool
+    sys.exit(run_tool(main))  # a UserError (bad config, unknown mixer) is one line

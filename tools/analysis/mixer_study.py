@@ -20,7 +20,11 @@ differ in ``sparsity_threshold``, the sparsity-sweep plot.
 
 Mixer specs (``--mixers``): catalogue names (``afno``, ``gfn``, ... or ``all``), one name per
 stage joined by ``+`` (``afno+afno+esa+esa``: the hybrid), settings after ``:``
-(``afno:sparsity_threshold=0.1``).
+(``afno:sparsity_threshold=0.1``); ``--mixer`` is the same option, as in the other tools. Configs
+may be any SegFormer config, by path or as ``mmseg::segformer/...py``: one whose backbone is mmseg's
+MixVisionTransformer is first written as the equivalent MixerMiT config
+(``WORK_DIR/configs/base/<name>.py``, efficient self-attention, ``afno_seg/mixer_switch.py``), which
+the rows then inherit.
 
 Examples::
 
@@ -49,8 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('configs', nargs='*', help='configs (default: every '
                         'configs/segformer_*_b3_cityscapes.py)')
     parser.add_argument('--work-dir', required=True, help='study directory (runs, logs, table)')
-    parser.add_argument('--mixers', nargs='+', help="mixer specs swapped into each config "
-                        "('all' = every catalogue mixer)")
+    parser.add_argument('--mixers', '--mixer', nargs='+', help="mixer specs swapped into each "
+                        "config ('all' = every catalogue mixer)")
     parser.add_argument('--seeds', type=int, nargs='+', default=[0])
     parser.add_argument('--gpus', type=int, default=1, help='GPUs per training run (dist_train.sh '
                         'above 1)')
@@ -89,6 +93,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def study_config(config: str, work_dir: Path) -> str:
+    """``config`` as the study uses it: ``mmseg::`` resolved; an mmseg MiT backbone written
+    once as the equivalent MixerMiT config (``work_dir/configs/base/<name>.py``), so that rows
+    can swap its mixers."""
+    from mmengine.config import Config
+
+    from afno_seg.analysis.study_plan import write_once
+    from afno_seg.mixer_switch import resolve_config_path, switch_mixer
+    path = resolve_config_path(config)
+    if not Path(path).is_file():
+        return path  # plan_rows names it
+    cfg = Config.fromfile(path)
+    if cfg.get('model', {}).get('backbone', {}).get('type') != 'MixVisionTransformer':
+        return path
+    base = work_dir / 'configs' / 'base' / Path(path).name
+    base.parent.mkdir(parents=True, exist_ok=True)
+    write_once(base, switch_mixer(cfg, 'esa').pretty_text)
+    return str(base)
+
+
 def main(argv=None) -> None:
     from afno_seg.deployment.startup import quiet_known_warnings
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
@@ -110,6 +134,7 @@ def main(argv=None) -> None:
         runs=not args.costs_only, bench_max_params_m=args.bench_max_params,
         train=not args.no_train)
     options.work_dir.mkdir(parents=True, exist_ok=True)
+    configs = [study_config(config, options.work_dir) for config in configs]
     rows = plan_rows(configs, specs, options.work_dir, args.cost_config)
     runs = plan_runs(rows, args.seeds, options.work_dir)
     if args.print_slurm:

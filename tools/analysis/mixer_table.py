@@ -9,12 +9,22 @@ mixers' analytic GFLOPs, the decode head's share. Full self-attention is counted
 ``--sweep`` instead prints the complexity table of every mixer at B3's stage-1 width (64 channels)
 on 32 x 32 ... 512 x 512 grids, analytic next to traced, and ``--plot`` draws it (log-log PNG).
 
+``--scaling`` prints the scaling table: mmseg's own SegFormer configs B0-B5 (ADE20K 512 x 512 and
+Cityscapes 1024 x 1024, from the installed wheel) x every listed mixer (or the ``--mixer`` specs),
+params, mixer GFLOPs and total GFLOPs each, beside the SegFormer paper's parameter counts;
+``--plot`` draws total GFLOPs against params per mixer. Each (size, mixer) is traced with 1 and 2
+layers per stage and extrapolated to its depth (``depth_scaled_cost``: exact, minutes for all).
+``--mixer SPEC ...`` otherwise swaps the mixers of every ``--configs`` config (``afno_seg/
+mixer_switch.py``).
+
 Examples::
 
     python tools/analysis/mixer_table.py --out docs/generated/mixer_table_b3_1024
     python tools/analysis/mixer_table.py --cfg-options model.decode_head.channels=256
     python tools/analysis/mixer_table.py --sweep --plot docs/mixer_complexity.png \
         --out docs/generated/mixer_complexity
+    python tools/analysis/mixer_table.py --scaling --plot docs/mixer_scaling.png \
+        --out docs/generated/mixer_scaling
 """
 import argparse
 import sys
@@ -52,6 +62,7 @@ def table_markdown(results: list[dict]) -> str:
     for result in results:
         s = summarize(result)
         name = Path(result['config']).stem.replace('segformer_', '').replace('_cityscapes', '')
+        name += f' --mixer {result["mixer"]}' if result.get('mixer') else ''
         lines.append(
             f'| {name} | {mixer_label(result)} | {s["params_m"]:.1f} | '
             f'{s["total_gflops"]:.1f} ({s["total_gmacs"]:.1f}) | {s["mixer_gflops"]:.2f} | '
@@ -78,6 +89,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--channels', type=int, default=64, help='--sweep width (default 64)')
     parser.add_argument('--analytic-only', action='store_true', help='--sweep without tracing')
     parser.add_argument('--plot', help='--sweep: write a log-log PNG here')
+    parser.add_argument('--scaling', action='store_true',
+                        help="B0-B5 x mixers on mmseg's ADE20K 512 and Cityscapes 1024 configs")
+    parser.add_argument('--mixer', nargs='+', metavar='SPEC',
+                        help='mixer specs: every --configs config with each (--scaling: the '
+                        'mixers of the table; default every listed one)')
     parser.add_argument('--out', help='write OUT.json and OUT.md')
     return parser.parse_args(argv)
 
@@ -96,9 +112,11 @@ def run_configs(args) -> tuple[dict, str]:
     shape = image_shape(args.shape)
     results = []
     for config in args.configs or default_configs():
-        print(f'tracing {config} at {shape[0]}x{shape[1]} ...', file=sys.stderr, flush=True)
-        results.append(analyze_config(config, shape, args.cfg_options, args.device,
-                                      args.real_attention))
+        for spec in args.mixer or [None]:
+            print(f'tracing {config}{" --mixer " + spec if spec else ""} at {shape[0]}x{shape[1]}'
+                  ' ...', file=sys.stderr, flush=True)
+            results.append(analyze_config(config, shape, args.cfg_options, args.device,
+                                          args.real_attention, spec))
     options = ' '.join(f'{k}={v}' for k, v in (args.cfg_options or {}).items())
     title = f'B3 Cityscapes configs at {shape[0]}x{shape[1]}, batch 1' + (
         f', {options}' if options else '')
@@ -110,12 +128,17 @@ def main(argv=None) -> dict:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     from afno_seg.analysis.report import write_report
     args = parse_args(argv)
-    payload, markdown = run_sweep(args) if args.sweep else run_configs(args)
+    if args.scaling:
+        from afno_seg.analysis.scaling import run_scaling
+        payload, markdown = run_scaling(args.mixer or list(mixer_variants()), args.plot,
+                                        args.cfg_options)
+    else:
+        payload, markdown = run_sweep(args) if args.sweep else run_configs(args)
     print(markdown)
     if args.out:
         for path in write_report(args.out, payload, markdown):
             print(f'wrote {path}')
-    if args.plot and args.sweep:
+    if args.plot and (args.sweep or args.scaling):
         print(f'wrote {args.plot}')
     return payload
 

@@ -1,4 +1,4 @@
-"""Generate a small procedural street-scene dataset in the Cityscapes layout.
+"""Generate a small procedural street-scene dataset in the Cityscapes (or ADE20K) layout.
 
 The demo configs (``configs/demo/``) train a tiny SegFormer on a CPU in minutes, with no download.
 This script writes what mmseg's ``CityscapesDataset`` reads::
@@ -27,12 +27,18 @@ minutes, while the whole set is written in about 5 s of one CPU core (21 MB of P
 byte-identical for a given seed: image ``i`` of a split is drawn from
 ``numpy.random.default_rng([seed, split, i])``, so it does not depend on the other split's size.
 
+``--layout ade20k`` writes the same scenes as mmseg's ``ADE20KDataset`` reads them
+(``images/{training,validation}/*.jpg``, ``annotations/{training,validation}/*.png``, 150 classes,
+0 = other, loaded with ``reduce_zero_label=True``; :mod:`afno_seg.datasets.demo_ade20k`), for
+mmseg's ADE20K configs with ``--cfg-options train_dataloader.dataset.data_root=OUT_DIR ...``.
+
 Usage::
 
-    python tools/dataset/make_demo_data.py [OUT_DIR] [--num-train N] [--num-val M]
-        [--height H] [--width W] [--seed S] [--force]
+    python tools/dataset/make_demo_data.py [OUT_DIR] [--layout cityscapes|ade20k]
+        [--num-train N] [--num-val M] [--height H] [--width W] [--seed S] [--force]
 
-or from Python: ``generate(out_dir, num_train, num_val, height, width, seed)``.
+or from Python: ``generate(out_dir, num_train, num_val, height, width, seed)`` (Cityscapes) and
+``afno_seg.datasets.demo_ade20k.generate_ade20k(...)`` (ADE20K).
 """
 import argparse
 import sys
@@ -42,8 +48,12 @@ from afno_seg.datasets.demo_dataset import CLASSES, DEFAULT_OUT, IGNORE, generat
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('out_dir', nargs='?', default=str(DEFAULT_OUT),
-                        help='dataset root (default: %(default)s)')
+    parser.add_argument('out_dir', nargs='?',
+                        help=f'dataset root (default: {DEFAULT_OUT}, or data/demo_ade20k '
+                        'beside it for --layout ade20k)')
+    parser.add_argument('--layout', choices=['cityscapes', 'ade20k'], default='cityscapes',
+                        help="folder layout and labels: Cityscapes' 19 train ids, or ADE20K's "
+                        '150 classes (default: cityscapes)')
     parser.add_argument('--num-train', type=int, default=64)
     parser.add_argument('--num-val', type=int, default=16)
     parser.add_argument('--height', type=int, default=256)
@@ -51,9 +61,13 @@ def main(argv=None):
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--force', action='store_true', help='regenerate an existing demo dataset')
     args = parser.parse_args(argv)
+    write = generate
+    if args.layout == 'ade20k':
+        from afno_seg.datasets.demo_ade20k import generate_ade20k as write
+    out_dir = args.out_dir or str(DEFAULT_OUT.parent / f'demo_{args.layout}')
     try:
-        generate(args.out_dir, args.num_train, args.num_val, args.height, args.width, args.seed,
-                 args.force)
+        write(out_dir, args.num_train, args.num_val, args.height, args.width, args.seed,
+              args.force)
     except (FileExistsError, ValueError) as err:
         parser.exit(2, f'error: {err}\n')
 

@@ -1,0 +1,298 @@
+"""``--mixer SPEC``: any SegFormer config of mmseg's model zoo (or ours) with the chosen mixers.
+
+The tools (``tools/train.py``, ``test.py``, ``inference.py``, ``analysis/get_flops.py``,
+``analysis/benchmark_model.py``, ``analysis/mixer_study.py``) take one switch, ``--mixer SPEC``,
+that turns a config whose backbone is mmseg's ``MixVisionTransformer`` (or our ``MixerMiT``) into
+:class:`~afno_seg.backbones.MixerMiT` with the mixers of ``SPEC``:
+
+* the spec grammar (:func:`parse_mixer_spec`): a catalogue name (``afno``: every stage), one name
+  per stage joined by ``+`` (``afno+afno+esa+esa``), then ``:key=value`` settings for every stage's
+  mixer (``afno:sparsity_threshold=0.1``); the names are :func:`afno_seg.mixers.mixer_variants`;
+* every size key of the backbone (``embed_dims``, ``num_layers``, ``num_heads``, ``sr_ratios``,
+  ...), ``drop_path_rate``, ``out_indices`` and the whole decode head are kept; ``base_img_size``
+  becomes the config's crop (the grid GFN/FNO store their filters at); ``custom_imports`` gains
+  ``afno_seg`` so that the derived config, as the Runner writes it into the work_dir, builds
+  without the switch;
+* pretrained weights (:func:`use_local_pretrained`): mmseg's configs point ``init_cfg`` at a URL;
+  the switch never downloads. It looks for the MiT weights of the config's size in
+  ``data/pretrained/`` (``mit_b0.pth`` ... ``mit_b5.pth``, the authors' release, or the file
+  name of mmseg's URL, mmseg's conversion) and uses them when present (mixer tensors that MiT
+  lacks stay freshly initialised, :func:`~afno_seg.backbones.mit_checkpoint.load_pretrained_mit`),
+  or trains from scratch after one warning line;
+* configs are given by path or as ``mmseg::segformer/...py`` (:func:`resolve_config_path`: the
+  file inside the installed package; mmengine 0.10.7 resolves ``pkg::`` only inside ``_base_``).
+
+Cost: config-level only (no model is built here).
+"""
+import ast
+import importlib.util
+import inspect
+import logging
+import os.path as osp
+import re
+from pathlib import Path
+
+from mmengine.config import Config, ConfigDict
+from mmengine.logging import print_log
+
+from .engine.errors import UserError
+
+__all__ = ['SUPPORTED_BACKBONES', 'PRETRAINED_DIR', 'parse_mixer_spec', 'resolve_config_path',
+           'mit_size', 'crop_size', 'switch_mixer', 'use_local_pretrained', 'spec_slug',
+           'load_switched_config', 'write_switched_config']
+
+#: Backbone types ``--mixer`` converts (both have mmseg's MiT parameter names).
+SUPPORTED_BACKBONES = ('MixVisionTransformer', 'MixerMiT')
+#: Where MiT ImageNet weights are looked for (relative to the working directory).
+PRETRAINED_DIR = 'data/pretrained'
+_SLUG_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
+
+
+def _parse_value(text: str):
+    """A ``key=value`` value as a Python literal when it is one (numbers, tuples), else a str."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None, num_stages: int = 4,
+                     option: str = '--mixer') -> list[dict]:
+    """The per-stage mixer dicts of a spec such as ``gfn``, ``afno+afno+esa+esa`` or
+    ``afno:sparsity_threshold=0.1``.
+
+    Args:
+        spec (str): Catalogue names joined by ``+`` (one, or one per stage), then optional
+            ``:key=value`` settings for every stage's mixer.
+        variants (dict[str, dict], optional): Catalogue, short name -> mixer config dict.
+            Default: None (:func:`afno_seg.mixers.mixer_variants`, unlisted variants included).
+        num_stages (int): Backbone stages. Default: 4.
+        option (str): The command-line option named in errors. Default: '--mixer'.
+
+    Returns:
+        list[dict]: ``num_stages`` mixer config dicts.
+
+    Raises:
+        UserError: an unknown name (the message lists the listed catalogue names), a wrong
+            number of stages or a setting that is not ``key=value``.
+    """
+    if variants is None:
+        from .mixers import mixer_variants
+        variants, listed = mixer_variants(include_unlisted=True), mixer_variants()
+    else:
+        listed = variants
+    names, *settings = str(spec).split(':')
+    stage_names = names.split('+')
+    unknown = [name for name in stage_names if name not in variants]
+    if unknown:
+        raise UserError(f'{option} {spec}: unknown mixer {unknown[0]!r}; the catalogue has '
+                        f'{", ".join(sorted(listed))}')
+    if len(stage_names) not in (1, num_stages):
+        raise UserError(f'{option} {spec}: give one mixer or {num_stages} joined by "+", got '
+                        f'{len(stage_names)}')
+    extra = {}
+    for setting in settings:
+        key, sep, value = setting.partition('=')
+        if not sep or not key:
+            raise UserError(f'{option} {spec}: settings after ":" are key=value, got {setting!r}')
+        extra[key] = _parse_value(value)
+    stage_names = stage_names * (num_stages // len(stage_names))
+    return [dict(variants[name], **extra) for name in stage_names]
+
+
+def spec_slug(spec: str) -> str:
+    """A file-name form of a spec (``afno:sparsity_threshold=0.1`` ->
+    ``afno_sparsity_threshold=0.1``)."""
+    return _SLUG_RE.sub('_', spec.replace(':', '_'))
+
+
+def resolve_config_path(config: str) -> str:
+    """``mmseg::segformer/x.py`` -> the file inside the installed package
+    (``<site-packages>/mmseg/.mim/configs/segformer/x.py``); other paths unchanged.
+
+    Raises:
+        UserError: the package is not installed or has no such config file.
+    """
+    config = str(config)
+    package, sep, relative = config.partition('::')
+    if not sep or '/' in package or not package:
+        return config
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f'{config}: package {package!r} is not installed')
+    root = Path(list(spec.submodule_search_locations)[0]) / '.mim' / 'configs'
+    path = root / relative
+    if not path.is_file():
+        folder = path.parent if path.parent.is_dir() else root
+        near = sorted(p.name for p in folder.glob('*.py'))[:8]
+        raise UserError(f'{config}: no such config in the installed {package} ({path}); '
+                        f'{folder} has e.g. {", ".join(near) or "no configs"}')
+    return str(path)
+
+
+def mit_size(backbone: dict) -> str | None:
+    """``'b0'`` .. ``'b5'`` when the backbone's sizes are those of a SegFormer MiT, else None."""
+    from .backbones.mixer_mit import ARCH_SETTINGS
+    if backbone.get('arch') in ARCH_SETTINGS:
+        return backbone['arch']
+    given = {key: list(value) if isinstance(value, (list, tuple)) else value
+             for key in ('embed_dims', 'num_layers', 'num_heads')
+             if (value := backbone.get(key)) is not None}
+    for name, sizes in ARCH_SETTINGS.items():
+        if given and all(sizes[key] == value for key, value in given.items()) and \
+                len(given) == 3:
+            return name
+    return None
+
+
+def crop_size(cfg: Config) -> tuple[int, int] | None:
+    """The training input size ``(H, W)``: the data preprocessor's ``size`` (what the network
+    sees: crops are padded to it), else the train pipeline's ``RandomCrop``, else ``crop_size``."""
+    size = ((cfg.get('model') or {}).get('data_preprocessor') or {}).get('size')
+    if size is None:
+        pipeline = (((cfg.get('train_dataloader') or {}).get('dataset') or {}).get('pipeline')
+                    or [])
+        size = next((step.get('crop_size') for step in pipeline
+                     if isinstance(step, dict) and step.get('type') == 'RandomCrop'), None)
+    size = size if size is not None else cfg.get('crop_size')
+    if size is None:
+        return None
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    return int(size[0]), int(size[1])
+
+
+def _is_url(path) -> bool:
+    return isinstance(path, str) and '://' in path
+
+
+def use_local_pretrained(backbone: dict, pretrained_dir: str = PRETRAINED_DIR) -> str | None:
+    """Point ``backbone.init_cfg`` at local MiT weights, or drop it; say which in one line.
+
+    A local checkpoint the config already names is kept when it exists. Otherwise
+    ``pretrained_dir/mit_<size>.pth`` (the SegFormer authors' file) or the file name of the
+    config's URL there (mmseg's conversion, e.g. ``mit_b0_20220624-7e0fe6dd.pth``) is used when
+    present; else the backbone starts from MiT's random initialisation with one warning line.
+    Nothing is downloaded.
+
+    Returns:
+        str | None: The checkpoint path used, or None (from scratch).
+    """
+    init_cfg = backbone.get('init_cfg') or {}
+    named = init_cfg.get('checkpoint') if isinstance(init_cfg, dict) else None
+    named = named or backbone.get('pretrained')
+    backbone['pretrained'] = None
+    size = mit_size(backbone)
+    candidates = [named] if named and not _is_url(named) else []
+    if size is not None:
+        candidates.append(osp.join(pretrained_dir, f'mit_{size}.pth'))
+    if _is_url(named):
+        candidates.append(osp.join(pretrained_dir, osp.basename(named)))
+    found = next((path for path in candidates if osp.isfile(path)), None)
+    if found is not None:
+        backbone['init_cfg'] = dict(type='Pretrained', checkpoint=found)
+        print_log(f'--mixer: MiT{"-" + size.upper() if size else ""} ImageNet weights from '
+                  f'{found} (mixer tensors that MiT lacks start freshly initialised)',
+                  logger='current', level=logging.INFO)
+        return found
+    backbone['init_cfg'] = None
+    if size is None:
+        message = ('--mixer: the backbone sizes match no SegFormer MiT (b0-b5), so no MiT '
+                   'ImageNet weights apply; training from scratch')
+    else:
+        also = f' (or mmseg\'s {osp.basename(named)})' if _is_url(named) else ''
+        where = osp.join(pretrained_dir, f'mit_{size}.pth')
+        message = (f'--mixer: no MiT-{size.upper()} ImageNet weights at {where}'
+                   f'; training from scratch. Put the SegFormer authors\' mit_{size}.pth there'
+                   f'{also} to start from them (github.com/NVlabs/SegFormer); nothing is '
+                   'downloaded')
+    print_log(message, logger='current', level=logging.WARNING)
+    return None
+
+
+def switch_mixer(cfg: Config, spec: str | None, pretrained: bool = True,
+                 pretrained_dir: str = PRETRAINED_DIR, default_work_dir: bool = False) -> Config:
+    """Turn ``cfg``'s MiT backbone into MixerMiT with the mixers of ``spec`` (in place).
+
+    Args:
+        cfg (Config): A loaded config (``--cfg-options`` already merged, so that a changed crop
+            sets ``base_img_size``) whose ``model.backbone`` is one of :data:`SUPPORTED_BACKBONES`.
+        spec (str | None): The ``--mixer`` spec; None returns ``cfg`` unchanged.
+        pretrained (bool): Training: use local MiT weights when present (one line either way,
+            :func:`use_local_pretrained`). False (evaluation, inference, costs: a checkpoint or
+            random weights follow): ``init_cfg`` is dropped silently. Default: True.
+        pretrained_dir (str): Folder of ``mit_b*.pth``. Default: ``data/pretrained``.
+        default_work_dir (bool): ``cfg.work_dir`` is the tools' default
+            (``work_dirs/<config stem>``): append ``_<spec>``, so that runs of one config with
+            different mixers do not share (and resume from) one folder. Default: False.
+
+    Returns:
+        Config: ``cfg``.
+
+    Raises:
+        UserError: another backbone type, an unknown mixer name, a bad spec, or a backbone key
+            MixerMiT does not take.
+    """
+    if spec is None:
+        return cfg
+    from .backbones.mixer_mit import MixerMiT
+    source = cfg.filename or 'the config'
+    backbone = ((cfg.get('model') or {}).get('backbone'))
+    backbone_type = (backbone or {}).get('type') if isinstance(backbone, dict) else None
+    if str(backbone_type).split('.')[-1] not in SUPPORTED_BACKBONES:
+        raise UserError(f'--mixer: {source} has backbone {backbone_type!r}; the switch supports '
+                        f'{" and ".join(SUPPORTED_BACKBONES)} (SegFormer MiT backbones) only')
+    num_stages = backbone.get('num_stages', 4)
+    mixers = parse_mixer_spec(spec, num_stages=num_stages)
+    accepted = inspect.signature(MixerMiT).parameters
+    foreign = sorted(key for key in backbone if key != 'type' and key not in accepted)
+    if foreign:
+        raise UserError(f'--mixer: {source}: model.backbone sets {", ".join(foreign)}, which '
+                        'MixerMiT does not take')
+    backbone['type'] = 'MixerMiT'
+    backbone['mixers'] = mixers
+    crop = crop_size(cfg)
+    if crop is not None:
+        backbone['base_img_size'] = crop[0] if crop[0] == crop[1] else list(crop)
+    if cfg.get('model', {}).get('pretrained'):
+        backbone.setdefault('pretrained', cfg.model.pretrained)
+        cfg.model.pretrained = None
+    if pretrained:
+        use_local_pretrained(backbone, pretrained_dir)
+    else:
+        backbone['init_cfg'], backbone['pretrained'] = None, None
+    imports = cfg.get('custom_imports') or ConfigDict(imports=[], allow_failed_imports=False)
+    listed = imports.get('imports') or []
+    listed = [listed] if isinstance(listed, str) else list(listed)
+    if 'afno_seg' not in listed:
+        imports['imports'] = listed + ['afno_seg']
+    cfg.custom_imports = imports
+    if default_work_dir and cfg.get('work_dir'):
+        cfg.work_dir = f'{str(cfg.work_dir).rstrip("/")}_{spec_slug(spec)}'
+    return cfg
+
+
+def load_switched_config(config: str, spec: str | None, cfg_options: dict | None = None,
+                         pretrained: bool = False) -> Config:
+    """``Config.fromfile`` of a path or ``mmseg::...`` config, ``cfg_options`` merged, then
+    :func:`switch_mixer`; a missing file is one :class:`UserError` line."""
+    path = resolve_config_path(config)
+    if not osp.isfile(path):
+        raise UserError(f'config file not found: {config}')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    return switch_mixer(cfg, spec, pretrained=pretrained)
+
+
+def write_switched_config(config: str, spec: str | None, out_dir: str,
+                          cfg_options: dict | None = None) -> str:
+    """The config a tool that reads a config file should use: ``config`` itself without a
+    spec (``mmseg::`` resolved), else the derived config written as
+    ``out_dir/<stem>_<spec>.py`` (``cfg_options`` merged into it). Returns its path."""
+    if spec is None:
+        return resolve_config_path(config)
+    cfg = load_switched_config(config, spec, cfg_options)
+    path = Path(out_dir) / f'{Path(resolve_config_path(config)).stem}_{spec_slug(spec)}.py'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cfg.dump(str(path))
+    return str(path)
