@@ -99,7 +99,7 @@ def study_config(config: str, work_dir: Path) -> str:
     can swap its mixers."""
     from mmengine.config import Config
 
-    from afno_seg.analysis.study_plan import write_once
+    from afno_seg.experiments.study_plan import write_once
     from afno_seg.mixer_switch import resolve_config_path, switch_mixer
     path = resolve_config_path(config)
     if not Path(path).is_file():
