@@ -6,20 +6,20 @@
 - :func:`check_model_types`: every ``type=`` in ``cfg.model`` is registered in the ``MODELS`` of the
   library ``cfg.default_scope`` names (mmseg or mmpretrain); otherwise name the key path and the
   closest registered names.
-- :func:`check_checkpoint`: a checkpoint to load is a readable checkpoint file; otherwise name it
-  (before the Runner logs its environment and config, hundreds of lines).
+- :func:`check_checkpoint` / :func:`check_config_checkpoints`: a checkpoint to load is a readable
+  checkpoint file holding data only (:mod:`.checkpoint`); otherwise name it (before the Runner
+  logs its environment and config, hundreds of lines).
 """
 import difflib
 import os.path as osp
 
-import torch
 from mmengine.config import Config
 
-from .checkpoint import load_local_checkpoint
+from .checkpoint import check_checkpoint_file
 from .errors import UserError
 
-__all__ = ['check_checkpoint', 'check_data_roots', 'check_model_types', 'DataRootError',
-           'UnknownTypeError']
+__all__ = ['check_checkpoint', 'check_config_checkpoints', 'check_data_roots',
+           'check_model_types', 'config_checkpoints', 'DataRootError', 'UnknownTypeError']
 
 CITYSCAPES_HELP = """\
 Expected the mmseg Cityscapes layout:
@@ -167,16 +167,45 @@ def check_model_types(cfg: Config, registry=None) -> None:
 
 def check_checkpoint(filename: str) -> None:
     """Raise :class:`~.checkpoint.CheckpointError` naming ``filename`` unless it is a readable
-    checkpoint.
+    checkpoint that holds data only (:class:`~.checkpoint.UnsafeCheckpointError` names the
+    global it would import and the ``--trust-checkpoint`` opt-in).
 
-    Cheap for a good file: ``torch.load`` with ``mmap=True`` reads the archive's index and the
-    pickled structure, not the tensor data. Anything that fails there (including a file in
-    torch's legacy, non-zip format, which cannot be memory-mapped) is loaded again in full by
-    :func:`~.checkpoint.load_local_checkpoint`, which either succeeds or raises the message.
+    Cheap for a good file (:func:`~.checkpoint.check_checkpoint_file`: memory-mapped, the tensor
+    data is not read), and never unpickles more than the safe loader allows.
     """
-    if not osp.isfile(osp.expanduser(filename)):
-        load_local_checkpoint(filename)  # raises "checkpoint file not found: ..."
-    try:
-        torch.load(osp.expanduser(filename), map_location='cpu', weights_only=False, mmap=True)
-    except Exception:  # noqa: BLE001  (any failure is diagnosed by the full load below)
-        load_local_checkpoint(filename)
+    check_checkpoint_file(filename)
+
+
+def config_checkpoints(cfg: Config, resume: bool = False) -> list[str]:
+    """The checkpoint files a Runner built from ``cfg`` will read: ``load_from``, the one
+    ``--resume`` continues from (``work_dir/last_checkpoint``), and every
+    ``init_cfg=dict(type='Pretrained', checkpoint=...)`` in ``cfg.model`` (local paths only)."""
+    files = []
+    if resume and not cfg.get('load_from'):
+        pointer = osp.join(cfg.work_dir, 'last_checkpoint')
+        if osp.isfile(pointer):
+            with open(pointer) as f:
+                files.append(f.read().strip())
+    elif cfg.get('load_from'):
+        files.append(cfg.load_from)
+
+    def visit(node):
+        if isinstance(node, dict):
+            if node.get('type') == 'Pretrained' and isinstance(node.get('checkpoint'), str):
+                files.append(node['checkpoint'])
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                visit(value)
+
+    visit(cfg.get('model'))
+    return [f for f in dict.fromkeys(files) if '://' not in f]
+
+
+def check_config_checkpoints(cfg: Config, resume: bool = False) -> None:
+    """:func:`check_checkpoint` for each of :func:`config_checkpoints` that exists (a missing
+    pretrained file is reported by the backbone, with where to get it)."""
+    for filename in config_checkpoints(cfg, resume):
+        if osp.isfile(osp.expanduser(filename)):
+            check_checkpoint(filename)

@@ -19,6 +19,7 @@ import afno_seg  # noqa: F401  (registers modules and the checkpoint loader)
 from afno_seg.deployment import export_onnx, load_segmentor, onnx_max_abs_difference, onnx_session
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
 
 
 def parse_args(argv=None):
@@ -32,6 +33,7 @@ def parse_args(argv=None):
     parser.add_argument('--opset', type=int, default=20, help='ONNX opset (>= 17)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
+    add_trust_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -40,7 +42,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if min(args.shape) < 32 or args.opset < 17:
         raise UserError('--shape needs H, W >= 32 and --opset >= 17')
-    model = load_segmentor(args.config, args.checkpoint, 'cpu', args.cfg_options)
+    with trusted_checkpoints(args.trust_checkpoint):
+        model = load_segmentor(args.config, args.checkpoint, 'cpu', args.cfg_options)
     export_onnx(model, args.shape, args.out, dynamic=args.dynamic, opset=args.opset)
     inputs = torch.randn(1, 3, *args.shape, generator=torch.Generator().manual_seed(0))
     difference = onnx_max_abs_difference(model, onnx_session(args.out), inputs)
