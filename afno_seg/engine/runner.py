@@ -25,8 +25,7 @@ from .distributed import (
 )
 from .errors import UserError
 from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted, stop_signals_released
-from .preflight import check_data_roots, check_model_types
-from .run_checks import check_splits_not_empty, check_work_dir
+from .preflight import check_data_roots, check_model_types, check_splits_not_empty, check_work_dir
 
 __all__ = ['build_runner', 'load_config', 'run_tool']
 
