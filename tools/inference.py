@@ -28,6 +28,7 @@ from afno_seg.deployment import (
 )
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
 from afno_seg.mixer_switch import write_switched_config
 
 
@@ -55,6 +56,7 @@ def parse_args(argv=None):
                         help='turn a SegFormer config (mmseg MixVisionTransformer or MixerMiT) '
                         'into MixerMiT with these token mixers: afno, afno+afno+esa+esa, '
                         'afno:sparsity_threshold=0.1 (tools/analysis/list_mixers.py lists them)')
+    add_trust_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -74,7 +76,8 @@ def main(argv=None) -> None:
     elif args.backend == 'openvino':
         session = openvino_session(args.onnx)
     config = write_switched_config(args.config, args.mixer, args.out_dir, args.cfg_options)
-    model = load_segmentor(config, args.checkpoint, args.device, args.cfg_options, args.mode)
+    with trusted_checkpoints(args.trust_checkpoint):
+        model = load_segmentor(config, args.checkpoint, args.device, args.cfg_options, args.mode)
     if session is not None:
         use_onnxruntime(model, session, args.onnx)
     meta = dict(config=args.config, checkpoint=args.checkpoint, backend=args.backend,

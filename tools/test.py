@@ -19,6 +19,8 @@ from mmengine.config import DictAction
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint_fit import CheckpointFitHook
 from afno_seg.engine.preflight import check_checkpoint
 from afno_seg.mixer_switch import resolve_config_path, switch_mixer
 
@@ -49,6 +51,7 @@ def parse_args(argv=None):
                         help='job launcher')
     parser.add_argument('--tta', action='store_true', help='test time augmentation')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_trust_argument(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
@@ -72,7 +75,8 @@ def trigger_visualization_hook(cfg, args) -> None:
 def main(argv=None) -> None:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
-    check_checkpoint(args.checkpoint)  # a bad file named at once, not after the Runner's log
+    if not args.trust_checkpoint:
+        check_checkpoint(args.checkpoint)  # a bad/unsafe file named at once, before the Runner
     cfg = switch_mixer(load_config(resolve_config_path(args.config), args.launcher,
                                    args.cfg_options, args.work_dir), args.mixer, pretrained=False,
                        default_work_dir=args.work_dir is None)
@@ -91,7 +95,12 @@ def main(argv=None) -> None:
     if args.format_only is not None:
         cfg.test_evaluator = dict(type='CityscapesMetric', format_only=True,
                                   output_dir=args.format_only, keep_results=True)
-    build_runner(cfg, ['test_dataloader']).test()
+    runner = build_runner(cfg, ['test_dataloader'])
+    # a checkpoint that does not fit the model is refused, not evaluated with random weights
+    runner.register_hook(CheckpointFitHook(strict=True,
+                                           new_prefixes=cfg.get('checkpoint_new_keys', ())))
+    with trusted_checkpoints(args.trust_checkpoint):
+        runner.test()
 
 
 if __name__ == '__main__':

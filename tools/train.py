@@ -26,7 +26,10 @@ from mmengine.logging import print_log
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint_fit import CheckpointFitHook
 from afno_seg.engine.preemption import restart_count
+from afno_seg.engine.preflight import check_config_checkpoints
 from afno_seg.mixer_switch import resolve_config_path, switch_mixer
 
 
@@ -51,6 +54,7 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_trust_argument(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
@@ -81,8 +85,13 @@ def main(argv=None) -> None:
                   f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
                   level=logging.WARNING)
     cfg.resume = args.resume or restarted is not None
+    if not args.trust_checkpoint:  # load_from, the resumed file, init_cfg Pretrained files
+        check_config_checkpoints(cfg, cfg.resume)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
-    build_runner(cfg, loaders).train()
+    runner = build_runner(cfg, loaders)
+    runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
+    with trusted_checkpoints(args.trust_checkpoint):
+        runner.train()
 
 
 if __name__ == '__main__':

@@ -20,13 +20,14 @@ The classifier ``head.*`` is logged as skipped. Nothing is dropped without a log
 """
 import logging
 import os.path as osp
-import pickle
 import re
 from collections import OrderedDict, defaultdict
 
 import torch
 from mmengine.logging import print_log
 from torch import Tensor, nn
+
+from ..engine.checkpoint import load_checkpoint_file
 
 __all__ = ['WHERE_TO_GET', 'read_checkpoint', 'detect_layout', 'official_to_mmseg',
            'load_pretrained_mit']
@@ -39,20 +40,15 @@ MIXER_KEY = re.compile(r'^layers\.(\d+)\.1\.(\d+)\.attn\.(.+)$')
 
 
 def read_checkpoint(path: str) -> dict[str, Tensor]:
-    """Read a local checkpoint file and return its (unwrapped) state dict."""
+    """Read a local checkpoint file (``.pth`` or ``.safetensors``) with the project's safe loader
+    (:func:`afno_seg.engine.checkpoint.load_checkpoint_file`) and return its (unwrapped) state
+    dict."""
     if '://' in str(path):
         raise ValueError(f'pretrained checkpoint {path!r} is a URL; afno_seg loads local files '
                          f'only. {WHERE_TO_GET}')
     if not osp.isfile(path):
         raise FileNotFoundError(f'pretrained checkpoint not found: {path!r}. {WHERE_TO_GET}')
-    try:
-        ckpt = torch.load(path, map_location='cpu', weights_only=True)
-    except pickle.UnpicklingError:
-        # mmengine training checkpoints carry pickled metadata (message hub, numpy objects); the
-        # user named this file explicitly, so it is trusted like mmengine's own loader trusts it.
-        print_log(f'{path}: not a plain tensor file, loading it with weights_only=False',
-                  logger='current', level=logging.WARNING)
-        ckpt = torch.load(path, map_location='cpu', weights_only=False)
+    ckpt = load_checkpoint_file(path)  # data only: refuses a pickle that would import code
     for wrapper in ('state_dict', 'model'):
         if isinstance(ckpt, dict) and isinstance(ckpt.get(wrapper), dict):
             ckpt = ckpt[wrapper]
@@ -190,8 +186,10 @@ def load_pretrained_mit(model: nn.Module, path: str, prefix: str | None = None) 
                            f'outside its mixers (wrong arch or wrong file?); {len(errors)} '
                            'problem(s):\n  ' + '\n  '.join(errors))
     model.load_state_dict(to_load, strict=False)
-    lines = [f'loaded {path} ({layout} MiT layout): {len(report["loaded"])} backbone tensors '
-             f'and {len(report["mixer_loaded"])} mixer tensors']
+    loaded = len(report['loaded']) + len(report['mixer_loaded'])
+    lines = [f'pretrained {path} ({layout} MiT layout): loaded {loaded} of the model\'s {len(own)} '
+             f'tensors ({len(report["loaded"])} backbone, {len(report["mixer_loaded"])} mixer), '
+             f'skipped {len(skipped) + len(report["unused"])} checkpoint tensors']
     if report['mixer_new']:
         lines.append(f'newly initialised mixer tensors ({len(report["mixer_new"])}): '
                      + _compact(report['mixer_new']))

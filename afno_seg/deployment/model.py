@@ -2,19 +2,25 @@
 
 :func:`load_segmentor` is mmseg's ``init_model`` (the model in eval mode with ``model.cfg`` and
 the classes and palette of the checkpoint's ``dataset_meta``) behind the checks every tool wants
-first: the config exists, the checkpoint is a readable checkpoint (named in one line otherwise,
-:func:`~afno_seg.engine.preflight.check_checkpoint`), every ``type=`` of the model is registered,
-the requested device exists; plus the inference mode (``whole``/``slide``) a user may ask for.
+first: the config exists, the checkpoint is read as data (:mod:`afno_seg.engine.checkpoint`; an
+unsafe or unreadable file is named in one line), every ``type=`` of the model is registered, the
+requested device exists; and after: the checkpoint fits the model
+(:func:`~afno_seg.engine.checkpoint_fit.check_fit`: a wrong file is refused, not run with random
+weights), classes and palette come from the config's dataset when the checkpoint has none; plus
+the inference mode (``whole``/``slide``) a user may ask for.
 """
+import logging
 import os.path as osp
 
 import torch
 from mmengine.config import Config
 
+from ..engine.checkpoint import load_checkpoint_file
+from ..engine.checkpoint_fit import load_weights
 from ..engine.errors import UserError
-from ..engine.preflight import check_checkpoint, check_model_types
+from ..engine.preflight import check_model_types
 
-__all__ = ['load_segmentor', 'set_inference_mode']
+__all__ = ['dataset_meta_for', 'load_segmentor', 'set_inference_mode']
 
 
 def set_inference_mode(cfg: Config, mode: str | None) -> None:
@@ -45,23 +51,54 @@ def check_device(device: str) -> None:
         raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
 
 
+def dataset_meta_for(checkpoint, cfg: Config, filename: str) -> dict:
+    """Classes and palette: the checkpoint's ``meta['dataset_meta']``, else (converted or
+    hand-made checkpoints have none) the config's test dataset's, with one line saying so."""
+    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
+    dataset_meta = dict((meta or {}).get('dataset_meta') or {})
+    if dataset_meta.get('classes') and dataset_meta.get('palette'):
+        return dataset_meta
+    from mmengine.logging import print_log
+    from mmseg.registry import DATASETS
+    dataset_cfg = (cfg.get('test_dataloader') or {}).get('dataset') or {}
+    while 'dataset' in dataset_cfg:  # RepeatDataset and the like
+        dataset_cfg = dataset_cfg['dataset']
+    dataset_class = DATASETS.get(dataset_cfg.get('type', ''))
+    if dataset_class is None:
+        raise UserError(f'{filename} has no classes/palette in its meta and the config has no '
+                        'test_dataloader.dataset type to take them from')
+    from_config = dict(getattr(dataset_class, 'METAINFO', {}))
+    from_config.update(dataset_cfg.get('metainfo') or {})
+    if not from_config.get('classes') or not from_config.get('palette'):
+        raise UserError(f'{filename} has no classes/palette in its meta, nor has the config\'s '
+                        f'dataset {dataset_cfg.get("type")}')
+    print_log(f'{filename} has no classes/palette in its meta: using those of the config\'s '
+              f'dataset {dataset_cfg["type"]} ({len(from_config["classes"])} classes)',
+              logger='current', level=logging.WARNING)
+    dataset_meta.update(classes=from_config['classes'], palette=from_config['palette'])
+    return dataset_meta
+
+
 def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
                    cfg_options: dict | None = None, mode: str | None = None):
-    """Check the inputs, then build the segmentor with mmseg's ``init_model``.
+    """Check the inputs, then build the segmentor with mmseg's ``init_model`` and load the
+    checkpoint with :func:`~afno_seg.engine.checkpoint_fit.load_weights`.
 
     Args:
         config (str): Config file.
-        checkpoint (str): Checkpoint file (mmengine's, as tools/train.py writes).
+        checkpoint (str): Checkpoint file: mmengine's (as tools/train.py writes) or a published
+            ``.pth`` / ``.safetensors`` (tools/publish_model.py).
         device (str): ``'cpu'`` or ``'cuda'`` / ``'cuda:N'``. Default: 'cpu'.
         cfg_options (dict, optional): ``--cfg-options`` overrides. Default: None.
         mode (str, optional): ``'whole'`` or ``'slide'``; None keeps the config's. Default: None.
 
     Returns:
-        The ``EncoderDecoder`` in eval mode on ``device``, with ``model.cfg``.
+        The ``EncoderDecoder`` in eval mode on ``device``, with ``model.cfg`` and
+        ``model.dataset_meta``.
     """
     if not osp.isfile(config):
         raise UserError(f'config file not found: {config}')
-    check_checkpoint(checkpoint)
+    loaded = load_checkpoint_file(checkpoint, map_location='cpu')  # refused before any build
     check_device(device)
     cfg = Config.fromfile(config)
     if cfg_options:
@@ -69,4 +106,7 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
     check_model_types(cfg)
     set_inference_mode(cfg, mode)
     from mmseg.apis import init_model  # after the checks: importing it is the slow part
-    return init_model(cfg, checkpoint, device=device)
+    model = init_model(cfg, None, device='cpu')  # built, not initialised: the file holds all
+    load_weights(model, checkpoint, cfg.get('checkpoint_new_keys', ()), loaded=loaded)
+    model.dataset_meta = dataset_meta_for(loaded, cfg, checkpoint)
+    return model.to(device).eval()

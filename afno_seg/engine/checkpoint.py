@@ -1,41 +1,274 @@
-"""Local checkpoint loading that works on torch >= 2.6, with a clear error for a bad file.
+"""Checkpoints are data, never code: the one loader behind every checkpoint read of the project.
 
-torch 2.6 changed ``torch.load``'s default to ``weights_only=True``, whose restricted unpickler
-rejects what mmengine 0.10.7 itself writes into checkpoints (``HistoryBuffer``, numpy scalars in
-``message_hub``, config objects), so ``tools/test.py``, ``--resume`` and ``load_from`` all fail.
-We register a loader for local paths through mmengine's public ``CheckpointLoader.register_scheme``
-(no mmengine source is edited) that loads with ``weights_only=False``, as every torch < 2.6 did.
-That unpickles arbitrary objects: load only checkpoints you trust, exactly as with mmengine on older
-torch.
+A ``.pth`` file is a pickle, and a pickle can call any function while it is read (a dict holding
+one object whose ``__reduce__`` returns ``(os.system, ('...',))`` runs that command). So every
+read goes through :func:`load_checkpoint_file`:
+
+- ``.pth`` (``torch.save``): ``torch.load(weights_only=True)`` plus, scoped to that one call with
+  ``torch.serialization.safe_globals``, exactly the globals that mmengine 0.10.7 / mmseg /
+  mmpretrain write into their checkpoints (:data:`ALLOWED_GLOBALS`: mmengine's ``HistoryBuffer``
+  in the message hub, NumPy arrays, scalars and dtypes in the message hub and the RNG state).
+  They were found by saving real training checkpoints and listing
+  ``torch.serialization.get_unsafe_globals_in_checkpoint``; each only rebuilds data. Nothing is
+  added to torch's global allowlist (``add_safe_globals`` is never called).
+- ``.safetensors``: tensors only by construction; the ``meta`` dict (config, classes, palette)
+  is JSON in the header (``tools/publish_model.py`` writes both kinds).
+
+A file that needs any other global is refused before it is unpickled further: one line naming the
+file, the first global it would have imported, and the opt-in. The opt-in is per command:
+``--trust-checkpoint`` on a tool enters :func:`trusted_checkpoints`, under which files load with
+``weights_only=False`` (as mmengine did before torch 2.6), each with one warning naming it.
+Nothing persists beyond the ``with`` block.
+
+Importing the package registers :func:`load_local_checkpoint` for local paths with mmengine's
+public ``CheckpointLoader.register_scheme`` (so ``Runner`` ``load_from``/``resume`` and mmseg's
+``init_model``/``MMSegInferencer`` use it); it is never less safe than plain ``torch.load``: the
+same restricted unpickler with the data classes above, and it refuses what torch refuses.
 """
+import contextlib
+import importlib
+import json
+import logging
 import os.path as osp
+import pickle
+import re
+from collections.abc import Callable, Iterator
 
 import torch
+from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from .errors import UserError
 
-__all__ = ['CheckpointError', 'load_local_checkpoint']
+__all__ = ['ALLOWED_GLOBALS', 'CheckpointError', 'SAFETENSORS_META_KEY', 'TRUST_FLAG',
+           'UnsafeCheckpointError', 'add_trust_argument', 'check_checkpoint_file',
+           'load_checkpoint_file', 'load_local_checkpoint', 'trusted_checkpoints']
+
+TRUST_FLAG = '--trust-checkpoint'
+#: Key of the JSON-encoded ``meta`` dict in a ``.safetensors`` header's ``__metadata__``.
+SAFETENSORS_META_KEY = 'afno_seg.meta'
+
+#: Pickled name -> where the object lives now. Exactly what mmengine 0.10.7 (``message_hub``:
+#: ``HistoryBuffer`` holding NumPy arrays and scalars), mmseg and mmpretrain checkpoints (and our
+#: ``rng_state``: NumPy's generator state, an ``ndarray``) need beyond torch's own allowlist.
+#: NumPy 2 pickles ``numpy._core``; files written under NumPy 1 name ``numpy.core``.
+ALLOWED_GLOBALS = {
+    'mmengine.logging.history_buffer.HistoryBuffer':
+        'mmengine.logging.history_buffer:HistoryBuffer',
+    'numpy._core.multiarray._reconstruct': 'numpy:_core.multiarray._reconstruct',
+    'numpy.core.multiarray._reconstruct': 'numpy:_core.multiarray._reconstruct',
+    'numpy._core.multiarray.scalar': 'numpy:_core.multiarray.scalar',
+    'numpy.core.multiarray.scalar': 'numpy:_core.multiarray.scalar',
+    'numpy.ndarray': 'numpy:ndarray',
+    'numpy.dtype': 'numpy:dtype',
+}
+# NumPy 2 rebuilds a dtype as an instance of its class (numpy.dtypes.Float64DType, ...), which
+# the restricted unpickler must be allowed to BUILD (they are not GLOBALs of the pickle, so
+# get_unsafe_globals_in_checkpoint does not list them). A tiny training run's checkpoint holds
+# Float64 and Int64 (logged scalars) and UInt32 (NumPy's RNG state); which scalars a run logs
+# depends on its metrics, so every fixed-size numeric and the bool dtype class is allowed.
+ALLOWED_GLOBALS.update({f'numpy.dtypes.{kind}DType': f'numpy:dtypes.{kind}DType' for kind in (
+    'Bool', 'Float16', 'Float32', 'Float64', 'Int8', 'Int16', 'Int32', 'Int64', 'UInt8',
+    'UInt16', 'UInt32', 'UInt64')})
+
+#: ``HistoryBuffer`` pickles its statistics methods as ``getattr(HistoryBuffer, 'mean')``
+#: (protocol 2 has no name for a method). ``builtins.getattr`` itself would hand the pickle any
+#: attribute of any allowed object, so the name is bound to :func:`_history_buffer_method`.
+HISTORY_BUFFER_METHODS = ('current', 'max', 'mean', 'min')
+
+
+def _history_buffer_method(owner, name: str):
+    """The ``getattr`` a checkpoint may call: one of HistoryBuffer's own statistics methods."""
+    from mmengine.logging import HistoryBuffer
+    if owner is not HistoryBuffer or name not in HISTORY_BUFFER_METHODS:
+        raise pickle.UnpicklingError(
+            f'Unsupported global: GLOBAL builtins.getattr on {owner!r}, {name!r} (only '
+            f'HistoryBuffer.{"/".join(HISTORY_BUFFER_METHODS)} are allowed)')
+    return getattr(HistoryBuffer, name)
+
+
+_GLOBAL_IN_ERROR = re.compile(r'GLOBAL (\S+)')
+# What torch's restricted unpickler says about a pickle that asks for more than data: a global
+# outside the allowlist or a call/object of one. ('Unsupported operand' is what random bytes
+# give too: a damaged file, reported as unreadable, and not loaded either.)
+_UNSAFE_MARKERS = ('GLOBAL ', 'unrecognized function', 'Can only create new object',
+                   'Can only build')
+_trusted = False  # inside trusted_checkpoints(True): the one command's opt-in
 
 
 class CheckpointError(UserError):
     """A checkpoint file that cannot be read."""
 
 
-def load_local_checkpoint(filename: str, map_location=None):
-    """Load a checkpoint from a local path, naming the file in any error."""
-    filename = osp.expanduser(filename)
-    if not osp.isfile(filename):
-        raise CheckpointError(f'checkpoint file not found: {filename}')
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint whose pickle needs a global outside :data:`ALLOWED_GLOBALS`."""
+
+
+def _resolve(target: str):
+    """``'module:attribute.path'`` -> the object, or None; ``numpy._core`` is ``numpy.core``
+    under NumPy 1."""
+    module, _, attribute = target.partition(':')
+    for path in dict.fromkeys((attribute, attribute.replace('_core.', 'core.', 1))):
+        obj = importlib.import_module(module)
+        for part in path.split('.'):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if obj is not None:
+            return obj
+    return None
+
+
+def _allowlist() -> list[tuple[Callable, str]]:
+    """``(object, pickled name)`` pairs for ``torch.serialization.safe_globals``."""
+    pairs = [(_history_buffer_method, 'builtins.getattr')]
+    for name, target in ALLOWED_GLOBALS.items():
+        obj = _resolve(target)
+        if obj is not None:  # e.g. a dtype class this NumPy does not have
+            pairs.append((obj, name))
+    return pairs
+
+
+@contextlib.contextmanager
+def trusted_checkpoints(trust: bool = True) -> Iterator[None]:
+    """Within the block (one command), load checkpoints with ``weights_only=False`` when
+    ``trust``: what a tool's ``--trust-checkpoint`` does. Restores the previous state on exit."""
+    global _trusted
+    previous, _trusted = _trusted, bool(trust) or _trusted
     try:
-        return torch.load(filename, map_location=map_location, weights_only=False)
-    except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ... here
-        size = osp.getsize(filename)
-        raise CheckpointError(
-            f'{filename} ({size} bytes) is not a readable PyTorch checkpoint: '
-            f'{type(error).__name__}: {error}. The file is truncated (an interrupted save or '
-            'copy) or not a checkpoint at all; pass another one (e.g. an earlier iter_*.pth of '
-            'the same work_dir).') from error
+        yield
+    finally:
+        _trusted = previous
+
+
+def add_trust_argument(parser) -> None:
+    """Add ``--trust-checkpoint`` to a tool's argparse parser."""
+    parser.add_argument(TRUST_FLAG, action='store_true',
+                        help='load checkpoint files as full pickles (may run code they contain); '
+                        'only for a file you trust that the safe loader refuses')
+
+
+def is_safetensors(filename: str) -> bool:
+    return str(filename).lower().endswith('.safetensors')
+
+
+def _check_exists(filename: str) -> str:
+    path = osp.expanduser(str(filename))
+    if not osp.isfile(path):
+        raise CheckpointError(f'checkpoint file not found: {filename}')
+    return path
+
+
+def _is_unsafe(error: Exception) -> bool:
+    return isinstance(error, pickle.UnpicklingError) and any(
+        marker in str(error) for marker in _UNSAFE_MARKERS)
+
+
+def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
+    text = str(error)
+    match = _GLOBAL_IN_ERROR.search(text)
+    if match:
+        needs = f'would import {match.group(1)} while being read'
+    else:  # torch's own words, without its advice to load with weights_only=False
+        reason = text.split('WeightsUnpickler error:')[-1].split('Check the documentation')[0]
+        needs = f'needs more than tensors and plain data to be read ({" ".join(reason.split())})'
+    return UnsafeCheckpointError(
+        f'refused checkpoint {filename}: it {needs}, which a checkpoint of weights never '
+        f'needs (loading it could run code). If you trust this file and its source, run the '
+        f'command again with {TRUST_FLAG}; or publish it as weights only '
+        '(tools/publish_model.py) from a trusted machine.')
+
+
+def _unreadable(filename: str, error: Exception) -> CheckpointError:
+    size = osp.getsize(osp.expanduser(filename))
+    kind = 'safetensors file' if is_safetensors(filename) else 'PyTorch checkpoint'
+    return CheckpointError(
+        f'{filename} ({size} bytes) is not a readable {kind}: '
+        f'{type(error).__name__}: {error}. The file is truncated (an interrupted save or '
+        'copy) or not a checkpoint at all; pass another one (e.g. an earlier iter_*.pth of '
+        'the same work_dir).'.replace('\n', ' '))
+
+
+def _load_safetensors(path: str, filename: str, map_location) -> dict:
+    try:
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+    except ImportError as error:  # pinned in requirements.txt
+        raise CheckpointError(f'{filename}: reading .safetensors needs the safetensors '
+                              'package (pip install -r requirements.txt)') from error
+    device = map_location if isinstance(map_location, str) else 'cpu'
+    try:
+        with safe_open(path, framework='pt') as handle:
+            header = handle.metadata() or {}
+        state_dict = load_file(path, device=device)
+        meta = json.loads(header[SAFETENSORS_META_KEY]) if SAFETENSORS_META_KEY in header else {}
+    except Exception as error:  # noqa: BLE001  (SafetensorError, JSON, OS errors: one message)
+        raise _unreadable(filename, error) from error
+    return dict(state_dict=state_dict, meta=meta)
+
+
+def load_checkpoint_file(filename: str, map_location='cpu') -> dict:
+    """Read a checkpoint as data; the loader of every checkpoint read in the project.
+
+    Args:
+        filename (str): A local ``.pth`` (``torch.save``) or ``.safetensors`` file.
+        map_location: As ``torch.load``'s. Default: 'cpu'.
+
+    Returns:
+        The unpickled object (mmengine's checkpoint dict, or a bare state dict); for
+        ``.safetensors`` ``dict(state_dict=tensors, meta=header meta or {})``.
+
+    Raises:
+        UnsafeCheckpointError: the pickle needs a global outside :data:`ALLOWED_GLOBALS`
+            (unless inside :func:`trusted_checkpoints`).
+        CheckpointError: no such file, or not a readable checkpoint.
+    """
+    path = _check_exists(filename)
+    if is_safetensors(path):
+        return _load_safetensors(path, filename, map_location)
+    if _trusted:
+        print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
+                  logger='current', level=logging.WARNING)
+        try:
+            return torch.load(path, map_location=map_location, weights_only=False)
+        except Exception as error:  # noqa: BLE001
+            raise _unreadable(filename, error) from error
+    try:
+        with torch.serialization.safe_globals(_allowlist()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001  RuntimeError, EOFError, ... of a broken file
+        if _is_unsafe(error):
+            raise _refusal(filename, error) from None
+        raise _unreadable(filename, error) from error
+
+
+def check_checkpoint_file(filename: str) -> None:
+    """Raise :class:`CheckpointError` (or :class:`UnsafeCheckpointError`) unless ``filename``
+    loads with :func:`load_checkpoint_file`; cheap for a good file.
+
+    A ``.pth`` is memory-mapped (``mmap=True``: the archive index and the pickled structure are
+    read, not the tensor data); a ``.safetensors`` file has its header parsed. A file that fails
+    there (e.g. torch's legacy non-zip format, which cannot be mapped) is loaded in full, which
+    either succeeds or raises the message.
+    """
+    path = _check_exists(filename)
+    if is_safetensors(path):
+        _load_safetensors(path, filename, 'cpu')  # safetensors maps the file lazily too
+        return
+    if _trusted:
+        return  # the full load logs the warning; nothing to check without unpickling it all
+    try:
+        with torch.serialization.safe_globals(_allowlist()):
+            torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    except Exception as error:  # noqa: BLE001  (a damaged file is diagnosed by the full load)
+        if _is_unsafe(error):
+            raise _refusal(filename, error) from None
+        load_checkpoint_file(filename)
+
+
+def load_local_checkpoint(filename: str, map_location=None):
+    """mmengine ``CheckpointLoader`` scheme for local paths: :func:`load_checkpoint_file`."""
+    return load_checkpoint_file(filename, map_location=map_location)
 
 
 CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint, force=True)

@@ -44,14 +44,14 @@ import time
 
 import torch
 
-from afno_seg.analysis.benchmarking import (
+from afno_seg.experiments.benchmarking import (
     DTYPES,
     load_average,
     parse_run_arguments,
     prepare_run,
     write_csv,
 )
-from afno_seg.analysis.mixer_benchmark import (
+from afno_seg.experiments.mixer_benchmark import (
     B3_STAGES,
     REFERENCE_NAMES,
     Stage,
@@ -59,7 +59,7 @@ from afno_seg.analysis.mixer_benchmark import (
     mixer_names,
     run_sweep,
 )
-from afno_seg.analysis.mixer_benchmark_report import (
+from afno_seg.experiments.mixer_benchmark_report import (
     FIELDS,
     exponent_rows,
     format_ratio,

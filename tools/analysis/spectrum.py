@@ -28,6 +28,7 @@ from pathlib import Path
 from mmengine.config import DictAction
 
 from afno_seg.engine import UserError, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -48,6 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--compare', nargs='+', metavar='DIR',
                         help='draw earlier outputs side by side instead')
     parser.add_argument('--labels', nargs='+', help='--compare: one label per DIR')
+    add_trust_argument(parser)
     args = parser.parse_args(argv)
     if not args.compare and not (args.config and args.checkpoint):
         parser.error('give CONFIG CHECKPOINT, or --compare DIR ...')
@@ -57,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def compare(args) -> None:
     import numpy as np
 
-    from afno_seg.analysis.spectrum_plots import plot_compare
+    from afno_seg.experiments.spectrum_plots import plot_compare
     labels = args.labels or [Path(d).name for d in args.compare]
     if len(labels) != len(args.compare):
         raise UserError(f'--labels gives {len(labels)} labels for {len(args.compare)} '
@@ -83,8 +85,8 @@ def main(argv=None) -> None:
         return
     import torch
 
-    from afno_seg.analysis.spectrum_plots import plot_run
-    from afno_seg.analysis.spectrum_run import (
+    from afno_seg.experiments.spectrum_plots import plot_run
+    from afno_seg.experiments.spectrum_run import (
         analyze_model,
         default_images,
         load_images,
@@ -92,7 +94,8 @@ def main(argv=None) -> None:
         write_results,
     )
     torch.set_grad_enabled(True)
-    model, cfg = load_model(args.config, args.checkpoint, args.cfg_options)
+    with trusted_checkpoints(args.trust_checkpoint):
+        model, cfg = load_model(args.config, args.checkpoint, args.cfg_options)
     paths = args.images or default_images(cfg, args.num_images)
     images = load_images(model, cfg, paths, args.size)
     results, arrays = analyze_model(model, images, args.bands, args.resample_factor,

@@ -23,6 +23,7 @@ from afno_seg.deployment import export_onnx, load_segmentor, onnx_max_abs_differ
 from afno_seg.deployment.onnx_export import DFT_CHOICES, resolve_dft
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
 
 
 def parse_args(argv=None):
@@ -39,6 +40,7 @@ def parse_args(argv=None):
                         '--dynamic)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
+    add_trust_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -47,7 +49,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if min(args.shape) < 32 or args.opset < 17:
         raise UserError('--shape needs H, W >= 32 and --opset >= 17')
-    model = load_segmentor(args.config, args.checkpoint, 'cpu', args.cfg_options)
+    with trusted_checkpoints(args.trust_checkpoint):
+        model = load_segmentor(args.config, args.checkpoint, 'cpu', args.cfg_options)
     form, note = resolve_dft(args.dft, args.dynamic)
     if note:
         print(note)

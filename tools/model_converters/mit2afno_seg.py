@@ -8,7 +8,10 @@ Usage::
 Not required for training: :class:`~afno_seg.backbones.MixerMiT` detects the official layout and
 converts it on load. Converting once offline gives a file that mmseg's own MixVisionTransformer
 also loads, and shows the key mapping (``--verbose``). The ImageNet classifier ``head.*`` is
-dropped. Renaming: ``patch_embed{s}.proj`` -> ``layers.{s-1}.0.projection``,
+dropped. The source is read as data (``.pth`` or ``.safetensors``; a pickle that would import
+code is refused unless ``--trust-checkpoint``); the output is a plain tensor dict.
+
+Renaming: ``patch_embed{s}.proj`` -> ``layers.{s-1}.0.projection``,
 ``block{s}.{j}.attn.{q,kv}`` -> ``layers.{s-1}.1.{j}.attn.attn.in_proj_*`` (q and kv
 concatenated), ``attn.proj`` -> ``attn.attn.out_proj``, ``mlp.fc1/dwconv.dwconv/fc2`` ->
 ``ffn.layers.0/1/4`` (Linear weights as 1x1 convs), ``norm{s}`` -> ``layers.{s-1}.2``.
@@ -21,6 +24,8 @@ import sys
 import torch
 
 from afno_seg.backbones.mit_checkpoint import detect_layout, official_to_mmseg, read_checkpoint
+from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.errors import UserError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -28,15 +33,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('src', help='official SegFormer MiT checkpoint (e.g. mit_b3.pth)')
     parser.add_argument('dst', help='output path (mmseg layout)')
     parser.add_argument('--verbose', action='store_true', help='print every converted key')
+    add_trust_argument(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        state = read_checkpoint(args.src)
+        with trusted_checkpoints(args.trust_checkpoint):  # else read as data (safe loader)
+            state = read_checkpoint(args.src)
         layout = detect_layout(state)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, UserError) as error:
         print(f'error: {error}', file=sys.stderr)
         return 1
     if layout != 'official':

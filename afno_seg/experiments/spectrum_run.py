@@ -21,14 +21,15 @@ def load_model(config: str, checkpoint: str | None, cfg_options: dict | None = N
     from mmengine.config import Config
     from mmengine.model.utils import revert_sync_batchnorm
     from mmengine.registry import init_default_scope
-    from mmengine.runner import load_checkpoint
     from mmseg.registry import MODELS
 
     import afno_seg  # noqa: F401  (registers the mixers, the checkpoint loader)
+    from afno_seg.engine.checkpoint import check_checkpoint_file
+    from afno_seg.engine.checkpoint_fit import load_weights
     if not Path(config).is_file():
         raise UserError(f'config file not found: {config}')
-    if checkpoint is not None and not Path(checkpoint).is_file():
-        raise UserError(f'checkpoint file not found: {checkpoint}')
+    if checkpoint is not None:
+        check_checkpoint_file(checkpoint)  # missing or unsafe: refused before the model is built
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
@@ -41,7 +42,7 @@ def load_model(config: str, checkpoint: str | None, cfg_options: dict | None = N
     if checkpoint is None:
         model.init_weights()
     else:
-        load_checkpoint(model, checkpoint, map_location='cpu', strict=True, logger='silent')
+        load_weights(model, checkpoint, cfg.get('checkpoint_new_keys', ()))  # data, and it fits
     return model.eval(), cfg
 
 
