@@ -11,10 +11,11 @@ The spectral mixers' transforms (AFNO, GFN, FNet, FNO) go into the graph in one 
 DFT matrices (:mod:`afno_seg.mixers.dft_matmul`; a truncated band computed directly, so AFNO-25%
 and FNO cost what they keep). ``'auto'`` (:func:`resolve_dft`) takes the matmul form for a fixed
 input size, the op form with ``dynamic=True`` (the matrices are built for the export's sizes). The
-rule is from ``BENCHMARKS.md`` ("DFT as matmuls"): in onnxruntime 1.31 (CPU, 1 thread) the matmul
-round trip ``irfft2(rfft2(x))`` ran 3.5-12x faster than the DFT op at each B3 stage point (64 @
-256x256 to 512 @ 32x32), 10-75x with AFNO-25%'s band; the op form's kernel is generic (a naive
-DFT for sizes that are not powers of two) and its CUDA provider has none. OpenVINO needs the
+rule is from ``BENCHMARKS.md`` ("DFT as matmuls"): in onnxruntime 1.31 (CPU, 1 thread) the
+matmul form ran faster than the op form for every spectral mixer at every B3 stage point (AFNO and
+GFN 3-5x, FNet 5-14x, AFNO-25% and FNO 11-42x) and in every whole model (demo 2-3.7x, B3 at
+512x1024 1.45-1.6x); the op form's kernel is generic (a naive DFT for sizes that are not powers
+of two) and its CUDA provider has none. OpenVINO needs the
 matmul form (:func:`.predictor.openvino_session`).
 
 ``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
