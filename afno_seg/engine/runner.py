@@ -105,8 +105,26 @@ def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
         init_cpu_process_group(dist_cfg.get('timeout') or DEFAULT_COLLECTIVE_TIMEOUT_S)
     runner = _runner_class(cfg).from_cfg(cfg)
     guard_runner_dataloaders(runner)
+    _eager_optimizer_step(runner)
     record_peers()
     return runner
+
+
+def _eager_optimizer_step(runner: Runner) -> None:
+    """With ``compile=True`` (mmengine compiles ``model.train_step``), the optimizer step stays
+    out of the compiled graph: the forward and its backward are compiled, ``update_params``
+    runs eagerly. Traced, the step fails in torch 2.14 on mmengine's ``ConfigDict`` param groups
+    ("'UserDefinedDictVariable' object has no attribute 'items'"), and a learning rate that
+    changes every iteration (warm-up, poly) would recompile it every iteration."""
+    build = runner.build_optim_wrapper
+
+    def build_with_eager_step(*args, **kwargs):
+        wrapper = build(*args, **kwargs)
+        wrapper.update_params = torch.compiler.disable(wrapper.update_params)
+        return wrapper
+
+    if runner.cfg.get('compile'):
+        runner.build_optim_wrapper = build_with_eager_step
 
 
 def run_tool(main: Callable[[], None]) -> int:
