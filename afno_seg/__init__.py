@@ -2,9 +2,15 @@
 
 Importing the package registers everything: the token mixers and the MixerMiT backbone in both
 MMSegmentation's and MMPretrain's ``MODELS``, the data checks in mmseg's ``TRANSFORMS``, and the
-engine extensions (checkpoint loading on torch >= 2.6, CPU autocast optim wrapper, CPU DDP) in
-mmengine's registries. Configs pull it in with
-``custom_imports = dict(imports=['afno_seg'], allow_failed_imports=False)``.
+engine extensions (hooks, CPU autocast optim wrapper, CPU DDP) in mmengine's registries. Two
+registrations replace mmengine's handler of local paths, each a stricter form of it: the
+checkpoint loader (data only, :mod:`afno_seg.engine.checkpoint`) and the file backend (atomic
+writes, :mod:`afno_seg.engine.atomic_io`). Nothing else changes on import: the CPU allocator
+setting and a CPU process group come with :func:`afno_seg.engine.build_runner`, the stop-signal
+handlers with training (given back when it ends). Configs pull the package in with
+``custom_imports = dict(imports=['afno_seg'], allow_failed_imports=False)``. The experiment
+drivers (:mod:`afno_seg.experiments`) and the cost library (:mod:`afno_seg.analysis`) are not
+imported here.
 """
 from . import backbones, datasets, engine, mixers  # noqa: F401
 

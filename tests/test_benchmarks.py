@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
-from afno_seg.analysis import benchmarking
-from afno_seg.analysis.mixer_benchmark import B3_STAGES, flop_exponent
+from afno_seg.experiments import benchmarking
+from afno_seg.experiments.mixer_benchmark import B3_STAGES, flop_exponent
 from afno_seg.mixers import AFNOMixer, GlobalFilterMixer
 from afno_seg.mixers.spectral_fast import (
     hermitian_column_weight,

@@ -221,8 +221,8 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
                                                              capsys):
     from mmseg.apis import init_model
 
-    from afno_seg.analysis.spectrum_run import load_model
     from afno_seg.backbones.mit_checkpoint import read_checkpoint
+    from afno_seg.experiments.spectrum_run import load_model
     check_checkpoint(str(trained))
     assert 'message_hub' in load_checkpoint_file(str(trained))
     assert len(read_checkpoint(str(trained))) > 0

@@ -5,15 +5,15 @@ import torch
 import torch.nn.functional as F
 
 import afno_seg  # noqa: F401  (registers the mixers)
-from afno_seg.analysis.receptive_field import effective_receptive_fields, erf_radius
-from afno_seg.analysis.spectrum import (
+from afno_seg.backbones.mixer_mit import MixerMiT
+from afno_seg.experiments.receptive_field import effective_receptive_fields, erf_radius
+from afno_seg.experiments.spectrum import (
     MixerProbe,
     afno_shrink_stats,
     gfn_filters,
     radial_band_index,
     radial_energy,
 )
-from afno_seg.backbones.mixer_mit import MixerMiT
 from afno_seg.mixers.afno import AFNOMixer
 from afno_seg.mixers.base import TokenMixer
 

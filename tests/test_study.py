@@ -16,9 +16,9 @@ import pytest
 from mmengine.config import Config
 
 from afno_seg.analysis.report import summarize
-from afno_seg.analysis.study import StudyOptions, train_command
-from afno_seg.analysis.study_plan import Row, Run, parse_mixer_spec, scale_options
 from afno_seg.engine.errors import UserError
+from afno_seg.experiments.study import StudyOptions, train_command
+from afno_seg.experiments.study_plan import Row, Run, parse_mixer_spec, scale_options
 from afno_seg.mixers import mixer_variants
 
 from conftest import ROOT, TINY_CONFIG, load_script
@@ -44,7 +44,7 @@ def test_mixer_specs_give_one_dict_per_stage():
 
 def test_a_planned_study_keeps_its_configs_when_the_catalogue_changes(tmp_path, monkeypatch,
                                                                        capsys):
-    from afno_seg.analysis import study_plan
+    from afno_seg.experiments import study_plan
     first = study_plan.plan_rows([DEMO], ['gfn', 'afno+afno+esa+esa'], tmp_path)
     assert [row.row_id for row in first] == ['segformer_afno_demo__gfn',
                                              'segformer_afno_demo__afno+afno+esa+esa']

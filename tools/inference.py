@@ -2,12 +2,13 @@
 
     python tools/inference.py CONFIG CHECKPOINT INPUT... --out-dir DIR [--format cityscapes]
         [--opacity 0.5] [--device cpu|cuda] [--mode whole|slide] [--batch-size N]
-        [--backend pytorch|onnxruntime --onnx FILE] [--mixer SPEC] [--cfg-options k=v ...]
+        [--backend pytorch|onnxruntime|openvino --onnx FILE] [--mixer SPEC] [--cfg-options k=v ...]
 
 Writes DIR/labels/*.png (train ids; ``--format cityscapes``: labelIds for the test server),
 DIR/overlays/*.png, DIR/videos/* (overlay video per input video) and DIR/summary.json (per input:
-size, inference time, classes present). With ``--backend onnxruntime`` the network runs from the
-ONNX file of tools/deployment/pytorch2onnx.py and the config's pre/post-processing stays the same.
+size, inference time, classes present). With ``--backend onnxruntime`` (or ``openvino``: the same
+file compiled by OpenVINO for the CPU) the network runs from the ONNX file of
+tools/deployment/pytorch2onnx.py and the config's pre/post-processing stays the same.
 ``--mixer SPEC`` as in tools/train.py; the derived config is written to DIR.
 """
 import argparse
@@ -21,6 +22,7 @@ from afno_seg.deployment import (
     collect_inputs,
     load_segmentor,
     onnx_session,
+    openvino_session,
     segment_files,
     use_onnxruntime,
 )
@@ -44,8 +46,9 @@ def parse_args(argv=None):
     parser.add_argument('--mode', choices=['whole', 'slide'],
                         help="whole image or sliding windows (default: the config's)")
     parser.add_argument('--batch-size', type=int, default=1, help='images per forward pass')
-    parser.add_argument('--backend', choices=['pytorch', 'onnxruntime'], default='pytorch')
-    parser.add_argument('--onnx', help='the ONNX file for --backend onnxruntime')
+    parser.add_argument('--backend', choices=['pytorch', 'onnxruntime', 'openvino'],
+                        default='pytorch')
+    parser.add_argument('--onnx', help='the ONNX file for --backend onnxruntime or openvino')
     parser.add_argument('--no-progress', action='store_true', help='no progress bar')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
@@ -62,10 +65,16 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if not 0.0 <= args.opacity <= 1.0 or args.batch_size < 1:
         raise UserError('--opacity must be in [0, 1] and --batch-size >= 1')
-    if (args.backend == 'onnxruntime') != bool(args.onnx):
-        raise UserError('--backend onnxruntime and --onnx FILE go together')
+    if (args.backend != 'pytorch') != bool(args.onnx):
+        raise UserError('--backend onnxruntime or openvino and --onnx FILE go together')
+    if args.backend == 'openvino' and args.device != 'cpu':
+        raise UserError('--backend openvino runs on the CPU: use --device cpu')
     files = collect_inputs(args.inputs)  # bad inputs fail before the model is built
-    session = onnx_session(args.onnx, device=args.device) if args.onnx else None
+    session = None
+    if args.backend == 'onnxruntime':
+        session = onnx_session(args.onnx, device=args.device)
+    elif args.backend == 'openvino':
+        session = openvino_session(args.onnx)
     config = write_switched_config(args.config, args.mixer, args.out_dir, args.cfg_options)
     with trusted_checkpoints(args.trust_checkpoint):
         model = load_segmentor(config, args.checkpoint, args.device, args.cfg_options, args.mode)

@@ -1,9 +1,12 @@
 """Cost analysis on top of mmengine's ``FlopAnalyzer``: FLOP handles for FFTs, complex products
 and attention (:mod:`.flops`), the per-stage / per-component breakdown of a segmentor
-(:mod:`.breakdown`, :mod:`.report`), the mixer complexity sweep (:mod:`.complexity`) and the
-reconciliation with the AFNO paper's numbers (:mod:`.reconcile`). See ``docs/flops.md``.
+(:mod:`.breakdown`, :mod:`.report`), the mixer complexity sweep (:mod:`.complexity`), the
+reconciliation with the AFNO paper's numbers (:mod:`.reconcile`) and the cost of a config
+(:mod:`.config_cost`). See ``docs/flops.md``.
 
-Importable on its own (``import afno_seg.analysis``).
+This is the library other code imports (the FLOP tools, the tests); the drivers that run
+experiments (study, spectra, benchmarks) are in :mod:`afno_seg.experiments`. Importable on its own
+(``import afno_seg.analysis``).
 """
 from .breakdown import analyze_segmentor
 from .flops import (

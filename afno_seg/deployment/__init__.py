@@ -9,13 +9,14 @@ from .onnx_export import (
                           onnx_session,
                           static_shape_mixers,
 )
-from .predictor import Prediction, Segmenter, array_pipeline, use_onnxruntime
+from .predictor import Prediction, Segmenter, array_pipeline, openvino_session, use_onnxruntime
 from .segment_files import segment_files
 from .startup import quiet_known_warnings
 
 __all__ = [
     'InputFile', 'Prediction', 'Segmenter', 'SegmentorLogits', 'array_pipeline',
     'collect_inputs', 'export_onnx', 'load_segmentor', 'onnx_max_abs_difference', 'onnx_session',
+    'openvino_session',
     'quiet_known_warnings', 'read_image', 'read_video_frames', 'segment_files',
     'set_inference_mode', 'static_shape_mixers', 'use_onnxruntime'
 ]

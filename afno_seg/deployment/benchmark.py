@@ -1,11 +1,12 @@
-"""onnxruntime against PyTorch: logit parity and CPU time on the real Cityscapes frame.
+"""onnxruntime (DFT op and matmul forms) and OpenVINO against PyTorch: logit parity and CPU time.
 
 For each model: build it from its config (random initialisation, ``init_weights``), prepare the
 frame with the config's own test pipeline, export :class:`~.onnx_export.SegmentorLogits` at the
-prepared size, then compare onnxruntime's logits with PyTorch's (max abs difference, argmax
-agreement) and time both side by side in one process: the two backends alternate, each timed
-``repeats`` times after a warm-up, on the same number of threads; the ratio of the medians is
-reported (absolute times on a shared machine are noise).
+prepared size twice (spectral transforms as ``DFT`` ops and as matmuls), then compare each
+runtime's logits with PyTorch's (max abs difference, argmax agreement) and time them all side by
+side in one process: PyTorch and the runtimes alternate in each round, ``repeats`` rounds after a
+warm-up, on the same number of threads; the ratios of the medians are reported (absolute times on
+a shared machine are noise).
 """
 import os
 import os.path as osp
@@ -19,11 +20,12 @@ import torch
 from mmengine.config import Config
 
 from ..mixers import mixer_variants
+from ..mixers.dft_matmul import dft_mode
 from .onnx_export import INPUT_NAME, OPSET, SegmentorLogits, export_onnx, onnx_session
-from .predictor import array_pipeline
+from .predictor import array_pipeline, openvino_session
 
-__all__ = ['MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs',
-           'prepared_input']
+__all__ = ['RUNTIMES', 'MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs',
+           'markdown_table', 'prepared_input']
 
 
 def demo_model_configs(demo_config: str, variants: list[str] | None = None) -> dict[str, Config]:
@@ -50,25 +52,27 @@ def prepared_input(cfg: Config, image: np.ndarray, model) -> torch.Tensor:
     return data['inputs']
 
 
+RUNTIMES = ('ort-op', 'ort-matmul', 'openvino')  # openvino runs the matmul-form graph
+
+
 @dataclass
 class ParityResult:
-    """One model's comparison (times are medians in ms; ``ratio`` = onnxruntime / PyTorch)."""
+    """One model's comparison: per runtime (``RUNTIMES``) its median time in ms, its ratio to
+    PyTorch's (``ratio``), the max abs logit difference and the argmax agreement (NaN for a
+    module without classes); ``export_s``: seconds of all exports."""
     model: str
     input_hw: str
-    max_abs_diff: float
     max_abs_logit: float
-    argmax_agreement: float
     torch_ms: float
-    ort_ms: float
-    ratio: float
     export_s: float
+    runtimes: dict[str, dict[str, float]]
 
     def row(self) -> dict:
-        return asdict(self)
-
-
-def _time(run, repeats: int) -> list[float]:
-    return [_timed(run) for _ in range(repeats)]
+        row = {k: v for k, v in asdict(self).items() if k != 'runtimes'}
+        for runtime in RUNTIMES:
+            for key in ('ms', 'ratio', 'max_abs_diff', 'argmax_agreement'):
+                row[f'{runtime}_{key}'] = self.runtimes.get(runtime, {}).get(key, float('nan'))
+        return row
 
 
 def _timed(run) -> float:
@@ -88,8 +92,8 @@ class MixerAlone(torch.nn.Module):
         return self.mixer(tokens, self.hw_shape)
 
 
-def _export_module(network, inputs: torch.Tensor, path: str) -> None:
-    with torch.no_grad():
+def _export_module(network, inputs: torch.Tensor, path: str, form: str) -> None:
+    with torch.no_grad(), dft_mode(form):
         program = torch.onnx.export(network.eval(), (inputs, ), dynamo=True, opset_version=OPSET,
                                     input_names=[INPUT_NAME], external_data=False,
                                     verbose=False)
@@ -97,57 +101,81 @@ def _export_module(network, inputs: torch.Tensor, path: str) -> None:
 
 
 def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
-                     threads: int = 1, work_dir: str | None = None) -> ParityResult:
-    """Export ``model`` at the size of ``inputs``, then compare and time both backends.
+                     threads: int = 1, work_dir: str | None = None,
+                     runtimes: tuple[str, ...] = RUNTIMES) -> ParityResult:
+    """Export ``model`` at the size of ``inputs`` in each DFT form, then compare and time PyTorch
+    and every runtime side by side (alternating in each round, the first round a warm-up).
 
     Args:
         name (str): Row label.
         model (nn.Module): A segmentor (its ``encode_decode`` is exported, as by
             :func:`.export_onnx`), or any module (e.g. :class:`MixerAlone`) taking ``inputs``.
         inputs (Tensor): ``(1, 3, H, W)`` from :func:`prepared_input`, or the module's input.
-        repeats (int): Timed runs per backend, alternating. Default: 5.
-        threads (int): torch and onnxruntime intra-op threads. Default: 1.
-        work_dir (str, optional): Where the .onnx goes (a temporary folder if None).
+        repeats (int): Timed rounds. Default: 5.
+        threads (int): torch, onnxruntime and OpenVINO threads. Default: 1.
+        work_dir (str, optional): Where the .onnx files go (a temporary folder if None).
             Default: None.
+        runtimes (tuple[str, ...]): Subset of ``RUNTIMES``. Default: all.
     """
     torch.set_num_threads(threads)
     segmentor = hasattr(model, 'encode_decode')
+    network = SegmentorLogits(model.eval()) if segmentor else model.eval()
+    forms = sorted({'op' if runtime == 'ort-op' else 'matmul' for runtime in runtimes})
+    sessions = {}
     with tempfile.TemporaryDirectory(dir=work_dir) as folder:
-        path = osp.join(folder, f'{name}.onnx')
+        paths = {form: osp.join(folder, f'{name}-{form}.onnx') for form in forms}
         start = time.perf_counter()
-        if segmentor:
-            export_onnx(model, tuple(inputs.shape[2:]), path)
-        else:
-            _export_module(model, inputs, path)
+        for form, path in paths.items():
+            if segmentor:
+                export_onnx(model, tuple(inputs.shape[2:]), path, dft=form)
+            else:
+                _export_module(model, inputs, path, form)
         export_seconds = time.perf_counter() - start
-        session = onnx_session(path, threads=threads)
-        network = SegmentorLogits(model.eval()) if segmentor else model.eval()
-        feed = {INPUT_NAME: inputs.numpy()}
-        with torch.no_grad():
-            expected = network(inputs).numpy()
-            (actual, ) = session.run(None, feed)
-            torch_ms, ort_ms = [], []
-            for _ in range(repeats + 1):  # the first pair warms up
-                torch_ms.append(_timed(lambda: network(inputs)))
-                ort_ms.append(_timed(lambda: session.run(None, feed)))
-    torch_median, ort_median = statistics.median(torch_ms[1:]), statistics.median(ort_ms[1:])
-    agreement = float((actual.argmax(1) == expected.argmax(1)).mean()) if segmentor else float(
-        'nan')
+        for runtime in runtimes:
+            if runtime == 'openvino':
+                sessions[runtime] = openvino_session(paths['matmul'], threads=threads)
+            else:
+                sessions[runtime] = onnx_session(paths[runtime.split('-')[1]], threads=threads)
+    feed = {INPUT_NAME: inputs.numpy()}
+    with torch.no_grad():
+        expected = network(inputs).numpy()
+        actual = {runtime: session.run(None, feed)[0] for runtime, session in sessions.items()}
+        times = {key: [] for key in ['torch', *sessions]}
+        for _ in range(repeats + 1):
+            times['torch'].append(_timed(lambda: network(inputs)))
+            for runtime, session in sessions.items():
+                times[runtime].append(_timed(lambda: session.run(None, feed)))
+    medians = {key: statistics.median(values[1:]) for key, values in times.items()}
+    results = {}
+    for runtime, output in actual.items():
+        agreement = (float((output.argmax(1) == expected.argmax(1)).mean()) if segmentor else
+                     float('nan'))
+        results[runtime] = dict(ms=round(medians[runtime], 2),
+                                ratio=round(medians[runtime] / medians['torch'], 3),
+                                max_abs_diff=float(np.abs(output - expected).max()),
+                                argmax_agreement=agreement)
     size = 'x'.join(str(s) for s in (inputs.shape[2:] if segmentor else model.hw_shape))
-    return ParityResult(name, size, float(np.abs(actual - expected).max()),
-                        float(np.abs(expected).max()), agreement, round(torch_median, 2),
-                        round(ort_median, 2), round(ort_median / torch_median, 3),
-                        round(export_seconds, 1))
+    if not segmentor:
+        size = f'{inputs.shape[-1]} @ {size}'
+    return ParityResult(name, size, float(np.abs(expected).max()), round(medians['torch'], 2),
+                        round(export_seconds, 1), results)
 
 
 def markdown_table(results: list[ParityResult]) -> str:
-    """The results as a Markdown table."""
-    lines = ['| model | input | max abs diff | max abs logit | argmax agree | PyTorch ms | '
-             'ORT ms | ORT / PyTorch |', '|---|---|---|---|---|---|---|---|']
+    """The results as a Markdown table: time ratios to PyTorch eager per runtime, the op form's
+    time over the matmul form's in onnxruntime, and the parity of every runtime."""
+    lines = ['| model | input | ORT op / PyTorch | ORT matmul / PyTorch | OpenVINO / PyTorch | '
+             'ORT op / matmul | max abs diff (op, matmul, OpenVINO) | max abs logit | '
+             'lowest argmax agreement |', '|---|---|---|---|---|---|---|---|---|']
     for r in results:
-        lines.append(f'| {r.model} | {r.input_hw} | {r.max_abs_diff:.2e} | {r.max_abs_logit:.3g} '
-                     f'| {_percent(r.argmax_agreement)} | {r.torch_ms:.1f} | {r.ort_ms:.1f} | '
-                     f'{r.ratio:.2f} |')
+        get = lambda runtime, key: r.runtimes.get(runtime, {}).get(key, float('nan'))  # noqa
+        op_over_matmul = get('ort-op', 'ms') / get('ort-matmul', 'ms')
+        agreements = [v['argmax_agreement'] for v in r.runtimes.values()]
+        diffs = ', '.join(f'{get(rt, "max_abs_diff"):.1e}' for rt in RUNTIMES)
+        lines.append(f'| {r.model} | {r.input_hw} | {get("ort-op", "ratio"):.2f} | '
+                     f'{get("ort-matmul", "ratio"):.2f} | {get("openvino", "ratio"):.2f} | '
+                     f'{op_over_matmul:.2f} | {diffs} | {r.max_abs_logit:.3g} | '
+                     f'{_percent(min(agreements) if agreements else float("nan"))} |')
     return '\n'.join(lines) + '\n'
 
 

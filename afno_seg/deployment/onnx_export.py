@@ -3,9 +3,20 @@
 The graph is ``EncoderDecoder.encode_decode``: input the normalised image ``(1, 3, H, W)`` (what
 the data preprocessor makes of an image: BGR->RGB, mean/std, padding), output the logits
 ``(1, num_classes, H, W)``; pre- and post-processing (resize to the original image, argmax) stay
-outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opset 20: FFTs as the
-``DFT`` operator); AFNO switches to real arithmetic by itself during export
-(:mod:`afno_seg.mixers.afno_fast`).
+outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opset 20); AFNO
+switches to real arithmetic by itself during export.
+
+The spectral mixers' transforms (AFNO, GFN, FNet, FNO) go into the graph in one of two forms
+(``dft``): ``'op'``, the ONNX ``DFT`` operator, or ``'matmul'``, real matrix products with constant
+DFT matrices (:mod:`afno_seg.mixers.dft_matmul`; a truncated band computed directly, so AFNO-25%
+and FNO cost what they keep). ``'auto'`` (:func:`resolve_dft`) takes the matmul form for a fixed
+input size, the op form with ``dynamic=True`` (the matrices are built for the export's sizes). The
+rule is from ``BENCHMARKS.md`` ("DFT as matmuls"): in onnxruntime 1.31 (CPU, 1 thread) the
+matmul form ran faster than the op form for every spectral mixer at every B3 stage point (AFNO and
+GFN 3-5x, FNet 5-14x, AFNO-25% and FNO 11-42x) and in every whole model (demo 2-3.7x, B3 at
+512x1024 1.45-1.6x); the op form's kernel is generic (a naive DFT for sizes that are not powers
+of two) and its CUDA provider has none. OpenVINO needs the
+matmul form (:func:`.predictor.openvino_session`).
 
 ``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
 cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a
@@ -24,11 +35,12 @@ from torch import Tensor, nn
 from ..engine.errors import UserError
 from ..mixers.base import TokenMixer
 
-__all__ = ['SegmentorLogits', 'export_onnx', 'onnx_max_abs_difference', 'onnx_session',
-           'static_shape_mixers']
+__all__ = ['DFT_CHOICES', 'SegmentorLogits', 'export_onnx', 'onnx_max_abs_difference',
+           'onnx_session', 'resolve_dft', 'static_shape_mixers']
 
 OPSET = 20  # DFT-20 takes the axis and length as inputs; onnxruntime >= 1.17 runs it
 INPUT_NAME, OUTPUT_NAME = 'inputs', 'seg_logits'
+DFT_CHOICES = ('auto', 'op', 'matmul')
 
 
 class SegmentorLogits(nn.Module):
@@ -59,8 +71,25 @@ def static_shape_mixers(model: nn.Module) -> list[str]:
                    and not getattr(module, 'onnx_dynamic_shape', True)})
 
 
+def resolve_dft(dft: str, dynamic: bool) -> tuple[str, str]:
+    """The form (``'op'`` or ``'matmul'``) an export with ``dft`` and ``dynamic`` takes, and a
+    one-line note when it differs from what was asked ('' otherwise).
+
+    ``'auto'``: matmul for a fixed size, op with dynamic H, W; ``'matmul'`` with ``dynamic``
+    falls back to the op form (the DFT matrices are constants built for the export's sizes).
+    """
+    if dft not in DFT_CHOICES:
+        raise UserError(f'--dft must be one of {", ".join(DFT_CHOICES)}, got {dft!r}')
+    if not dynamic:
+        return ('matmul' if dft == 'auto' else dft), ''
+    if dft == 'matmul':
+        return 'op', ('--dynamic: the matmul DFT needs fixed H, W (its matrices are constants); '
+                      'the spectral transforms are exported as DFT ops instead')
+    return 'op', ''
+
+
 def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: bool = False,
-                opset: int = OPSET) -> str:
+                opset: int = OPSET, dft: str = 'auto') -> str:
     """Export ``model.encode_decode`` at input size ``shape`` to ``out`` (a ``.onnx`` file).
 
     Args:
@@ -69,10 +98,14 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
         out (str): The file to write (folders created).
         dynamic (bool): Dynamic H and W. Default: False.
         opset (int): ONNX opset (>= 17). Default: 20.
+        dft (str): The spectral transforms as ``'op'`` (ONNX DFT), ``'matmul'`` or ``'auto'``
+            (:func:`resolve_dft`). Default: 'auto'.
 
     Returns:
         str: ``out``.
     """
+    from ..mixers.dft_matmul import dft_mode
+    form, _ = resolve_dft(dft, dynamic)
     if dynamic:
         static = static_shape_mixers(model)
         if static:
@@ -87,7 +120,7 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
                                                                                   max=8192)
         dynamic_shapes = {'inputs': {2: dims[0], 3: dims[1]}}
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
-    with torch.no_grad():
+    with torch.no_grad(), dft_mode(form):
         program = torch.onnx.export(
             SegmentorLogits(model).eval(), (example, ), dynamo=True, opset_version=opset,
             input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_shapes=dynamic_shapes,

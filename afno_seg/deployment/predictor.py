@@ -1,13 +1,16 @@
-"""Label maps for images: the config's test pipeline, the segmentor (PyTorch or onnxruntime).
+"""Label maps for images: the config's test pipeline, the segmentor (PyTorch, onnxruntime or
+OpenVINO).
 
 :class:`Segmenter` runs what mmseg's ``inference_model`` runs (the config's ``test_pipeline``
 from an image array, ``model.test_step``: data preprocessor, whole or sliding-window inference,
 logits resized back to the image) in batches of equal-sized images, and times each batch.
-:func:`use_onnxruntime` swaps the network for an onnxruntime session of the exported graph
-(:mod:`.onnx_export`), keeping mmseg's pre- and post-processing around it, so both backends see
-the same tensors.
+:func:`use_onnxruntime` swaps the network for a session of the exported graph
+(:mod:`.onnx_export`): onnxruntime's, or :func:`openvino_session`'s (the same file compiled by
+OpenVINO for the CPU, behind the two methods of onnxruntime's session that are used here),
+keeping mmseg's pre- and post-processing around it, so every backend sees the same tensors.
 """
 import copy
+import os.path as osp
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +23,8 @@ from torch import Tensor
 from ..engine.errors import UserError
 from .onnx_export import INPUT_NAME
 
-__all__ = ['Prediction', 'Segmenter', 'array_pipeline', 'use_onnxruntime']
+__all__ = ['OpenVinoSession', 'Prediction', 'Segmenter', 'array_pipeline', 'dft_nodes',
+           'openvino_session', 'use_onnxruntime']
 
 
 @dataclass
@@ -85,7 +89,8 @@ class OnnxRuntimeEncodeDecode:
     """Stands in for ``EncoderDecoder.encode_decode``: the logits from an onnxruntime session.
 
     Args:
-        session: ``onnxruntime.InferenceSession`` of a graph from :func:`.export_onnx`.
+        session: ``onnxruntime.InferenceSession`` of a graph from :func:`.export_onnx`, or an
+            :class:`OpenVinoSession`.
         path (str): Its file, for messages.
     """
 
@@ -112,3 +117,78 @@ def use_onnxruntime(model, session, path: str):
     """Make ``model`` compute its logits with ``session`` (everything else stays PyTorch)."""
     model.encode_decode = OnnxRuntimeEncodeDecode(session, path)
     return model
+
+
+class _InputInfo:
+    """The ``name`` and ``shape`` of a graph input, as onnxruntime's ``NodeArg`` has them."""
+
+    def __init__(self, name: str, shape: list) -> None:
+        self.name, self.shape = name, shape
+
+
+class OpenVinoSession:
+    """An OpenVINO ``CompiledModel`` behind onnxruntime's ``run`` / ``get_inputs`` interface.
+
+    Args:
+        compiled: ``openvino.CompiledModel`` of a graph from :func:`.export_onnx` (one input).
+    """
+
+    def __init__(self, compiled) -> None:
+        self.compiled = compiled
+        self.request = compiled.create_infer_request()
+
+    def get_inputs(self) -> list[_InputInfo]:
+        port = self.compiled.input(0)
+        shape = [dim.get_length() if dim.is_static else f'd{index}'
+                 for index, dim in enumerate(port.get_partial_shape())]
+        return [_InputInfo(port.get_any_name(), shape)]
+
+    def run(self, output_names, feed: dict) -> list[np.ndarray]:
+        """Outputs for ``feed`` (``{input name: array}``); ``output_names`` must be None (all)."""
+        if output_names is not None:
+            raise ValueError('OpenVinoSession.run computes all outputs: pass None')
+        results = self.request.infer(list(feed.values()))
+        return [np.array(results[port]) for port in self.compiled.outputs]  # copies: the
+        # request's buffers are overwritten by the next call
+
+
+def openvino_session(path: str, threads: int | None = None) -> OpenVinoSession:
+    """The ONNX file ``path`` compiled by OpenVINO for the CPU, in float32.
+
+    float32 explicitly: OpenVINO's CPU plugin would otherwise pick bfloat16 where the processor
+    has it (AMX, AVX-512 BF16), which breaks parity with PyTorch. A graph with ``DFT`` nodes (an
+    export with ``--dft op``) is refused: OpenVINO 2026.4's ONNX reader converts them wrongly
+    (FNet's logits off by 0.5 on the tiny test model, without an error) or not at all (AFNO, GFN:
+    shape errors); the ``--dft matmul`` export runs.
+    """
+    if not osp.isfile(path):
+        raise UserError(f'ONNX file not found: {path}')
+    if dft_nodes(path):
+        raise UserError(f'{path} holds ONNX DFT nodes, which OpenVINO does not convert correctly; '
+                        'export it with tools/deployment/pytorch2onnx.py --dft matmul')
+    try:
+        import openvino
+    except ImportError as error:
+        raise UserError('--backend openvino needs the openvino package (pinned in '
+                        'requirements.txt): pip install openvino') from error
+    config = {'INFERENCE_PRECISION_HINT': 'f32'}
+    if threads:
+        config['INFERENCE_NUM_THREADS'] = int(threads)
+    try:
+        core = openvino.Core()
+        return OpenVinoSession(core.compile_model(core.read_model(path), 'CPU', config))
+    except Exception as error:  # OpenVINO raises RuntimeError with a multi-line report
+        text = str(error)
+        failed = [line[3:].split(' with a message')[0] for line in text.splitlines()
+                  if line.startswith('-- ')]
+        detail = (f'conversion failed for {", ".join(failed)}' if failed else
+                  [line for line in text.splitlines() if line.strip()][-1])
+        raise UserError(f'{path}: OpenVINO cannot compile it ({detail})') from error
+
+
+def dft_nodes(path: str) -> int:
+    """Number of ONNX ``DFT`` nodes in the graph of ``path`` (its local functions included)."""
+    import onnx
+    model = onnx.load(path, load_external_data=False)
+    graphs = [model.graph.node] + [function.node for function in model.functions]
+    return sum(node.op_type == 'DFT' for nodes in graphs for node in nodes)

@@ -157,7 +157,7 @@ class AtomicCheckpointHook(CheckpointHook):
             self._stop = None
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        # On an exception the handlers stay until build_runner's wrapper of runner.train()
+        # On an exception the handlers stay until the train() of build_runner's runner
         # releases them (or the next install replaces them): restoring Python's fatal default
         # here would let torchrun's SIGTERM cut the failing tool's message short.
         super().after_train_iter(runner, batch_idx, data_batch, outputs)
@@ -185,7 +185,7 @@ class AtomicCheckpointHook(CheckpointHook):
             runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
             self._save_checkpoint(runner)
         if signal_number and step < runner.max_iters:
-            # The handlers stay until build_runner's wrapper of runner.train() sets them to
+            # The handlers stay until the train() of build_runner's runner sets them to
             # SIG_IGN (in a tool) or back: a repeated signal must not kill before exit 75.
             name = _signal_name(signal_number)
             runner.logger.warning(

@@ -23,10 +23,12 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 __all__ = ['INTERRUPTED_EXIT_CODE', 'SAME_EVENT_WINDOW_S', 'StopSignals', 'TrainingInterrupted',
-           'release_stop_signals', 'resolve_signals', 'restart_count']
+           'installed_stop_signals', 'release_stop_signals', 'resolve_signals', 'restart_count',
+           'stop_signals_released']
 
 # sysexits.h EX_TEMPFAIL ("temporary failure; the user is invited to retry"): what a requeue
 # wrapper (tools/slurm_train.sh) looks for.
@@ -64,14 +66,12 @@ def resolve_signals(names: Sequence[str | int]) -> list[signal.Signals]:
     return resolved
 
 
-_active: 'StopSignals | None' = None  # the installed instance (one per process)
-
-
 class StopSignals:
     """Record the first stop signal; exit at once on a later one.
 
     One instance is installed at a time: installing another uninstalls the first (a run that
-    ended with an exception before it could uninstall leaves no handlers behind).
+    ended with an exception before it could uninstall leaves no handlers behind). Use
+    :meth:`install` / :meth:`uninstall`, or the instance as a context manager.
 
     Args:
         signals (Sequence[str | int]): Signals that ask for a stop. Default: SIGTERM, SIGINT,
@@ -96,16 +96,22 @@ class StopSignals:
     def installed(self) -> bool:
         return self._pipe is not None
 
+    def __enter__(self) -> 'StopSignals':
+        self.install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.uninstall()
+
     def install(self) -> bool:
         """Install the handlers (main thread only; returns False elsewhere, changing nothing)."""
         if self.installed or not self.signals:
             return self.installed
         if threading.current_thread() is not threading.main_thread():
             return False
-        global _active
-        if _active is not None:
-            _active.uninstall()
-        _active = self
+        previous = installed_stop_signals()
+        if previous is not None:
+            previous.uninstall()
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         for number in self.signals:
@@ -129,11 +135,8 @@ class StopSignals:
                 the default, fatal action): for a process about to exit after a failure, whose
                 message a following SIGTERM (torchrun's) must not cut short. Default: False.
         """
-        global _active
         if not self.installed:
             return
-        if _active is self:
-            _active = None
         signal.set_wakeup_fd(self._previous_wakeup_fd)
         for number, handler in self._previous_handlers.items():
             signal.signal(number, signal.SIG_IGN if ignore else handler)
@@ -185,11 +188,45 @@ class StopSignals:
             os._exit(128 + int(number))
 
 
+def installed_stop_signals() -> StopSignals | None:
+    """The installed :class:`StopSignals`, if any, read from the process's signal table (whose
+    handler is its ``_record``): the one record of what is installed, so no copy can go stale."""
+    for number in signal.valid_signals():
+        try:
+            handler = signal.getsignal(number)
+        except (OSError, ValueError):  # not a signal Python can handle
+            continue
+        owner = getattr(handler, '__self__', None)
+        if isinstance(owner, StopSignals) and owner.installed:
+            return owner
+    return None
+
+
 def release_stop_signals(ignore: bool = False) -> None:
     """Uninstall the installed :class:`StopSignals`, if any (after training, however it ended);
     ``ignore`` as in :meth:`StopSignals.uninstall`."""
-    if _active is not None:
-        _active.uninstall(ignore)
+    installed = installed_stop_signals()
+    if installed is not None:
+        installed.uninstall(ignore)
+
+
+@contextmanager
+def stop_signals_released(ignore_on_error: bool = False) -> Iterator[None]:
+    """Around training: the installed :class:`StopSignals` (the checkpoint hook's, from
+    ``before_train``) is uninstalled when the block ends, however it ends. The hook uninstalls it
+    itself after a normal end; mmengine calls no hook when training raises.
+
+    Args:
+        ignore_on_error (bool): When the block raises, set the signals to ``SIG_IGN`` instead of
+            restoring the previous handlers (see :meth:`StopSignals.uninstall`): for a tool,
+            which exits after its one-line message. Default: False.
+    """
+    try:
+        yield
+    except BaseException:
+        release_stop_signals(ignore=ignore_on_error)
+        raise
+    release_stop_signals()
 
 
 def restart_count() -> tuple[str, int] | None:

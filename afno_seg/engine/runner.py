@@ -1,13 +1,14 @@
 """What tools/train.py and tools/test.py share: config loading, preflight, device adaptation, and
 one line (no traceback) for the failures a long run meets: bad input, a stop signal, a dead data
 loader worker, a dead rank."""
-import functools
 import gc
 import logging
 import os
 import os.path as osp
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from mmengine.config import Config
@@ -23,9 +24,8 @@ from .distributed import (
     record_peers,
 )
 from .errors import UserError
-from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted, release_stop_signals
-from .preflight import check_data_roots, check_model_types
-from .run_checks import check_splits_not_empty, check_work_dir
+from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted, stop_signals_released
+from .preflight import check_data_roots, check_model_types, check_splits_not_empty, check_work_dir
 
 __all__ = ['build_runner', 'load_config', 'run_tool']
 
@@ -46,13 +46,52 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
     return cfg
 
 
-_tool_running = False  # inside run_tool: a failure ends the process
+# True inside run_tool (a failure then ends the process); a context variable, set and reset by
+# _running_as_tool, so no state outlives the call.
+_IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
+
+
+@contextmanager
+def _running_as_tool() -> Iterator[None]:
+    token = _IN_TOOL.set(True)
+    try:
+        yield
+    finally:
+        _IN_TOOL.reset(token)
+
+
+class _ReleasesStopSignals:
+    """Runner mixin: ``train()`` gives the stop-signal handlers back however it ends
+    (:func:`~.preemption.stop_signals_released`), so a process that goes on (a test session) gets
+    SIGTERM/SIGINT back. Inside :func:`run_tool` a failure sets them to ``SIG_IGN`` instead, in
+    one step: the tool exits after its one-line message, which torchrun's SIGTERM to the
+    survivors of a dead rank must not cut short."""
+
+    def train(self, *args, **kwargs):
+        with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
+            return super().train(*args, **kwargs)
+
+
+def _runner_class(cfg: Config) -> type[Runner]:
+    """mmengine's ``Runner``, or the config's ``runner_type`` (looked up as mmengine's
+    ``RUNNERS.build`` does), with :class:`_ReleasesStopSignals`."""
+    base = cfg.get('runner_type', Runner)
+    if isinstance(base, str):
+        from mmengine.registry import RUNNERS
+        with RUNNERS.switch_scope_and_registry(cfg.get('_scope_')) as registry:
+            base = registry.get(cfg.runner_type)
+        if base is None:
+            raise UserError(f'runner_type={cfg.runner_type!r} is not a registered runner; check '
+                            'the name, or import the module that registers it (custom_imports)')
+    return type(base.__name__, (_ReleasesStopSignals, base), {})
 
 
 def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
     """Check data, work_dir, model types; adapt to the device (on a CPU also the allocator, see
     :mod:`.cpu_memory`), join a CPU process group, build; data loaders get a timeout and worker
-    guards (:mod:`.dataloader_faults`), ranks note each other (:func:`.record_peers`)."""
+    guards (:mod:`.dataloader_faults`), ranks note each other (:func:`.record_peers`); its
+    ``train()`` gives the stop-signal handlers back however it ends (:class:`_ReleasesStopSignals`).
+    """
     distributed = cfg.launcher != 'none'
     check_data_roots(cfg, loaders)
     check_splits_not_empty(cfg, loaders)
@@ -64,36 +103,28 @@ def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
     if distributed and cfg.launcher == 'pytorch' and not torch.cuda.is_available():
         dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
         init_cpu_process_group(dist_cfg.get('timeout') or DEFAULT_COLLECTIVE_TIMEOUT_S)
-    if 'runner_type' in cfg:
-        from mmengine.registry import RUNNERS
-        runner = RUNNERS.build(cfg)
-    else:
-        runner = Runner.from_cfg(cfg)
+    runner = _runner_class(cfg).from_cfg(cfg)
     guard_runner_dataloaders(runner)
-    _release_stop_signals_after_training(runner)
+    _eager_optimizer_step(runner)
     record_peers()
     return runner
 
 
-def _release_stop_signals_after_training(runner: Runner) -> None:
-    """Python's signal handlers back once ``runner.train()`` returns or raises: the checkpoint
-    hook restores them itself only when training ends normally or on a signal (mmengine has no
-    hook for an exception), and a process that goes on (a test session) must get them back."""
-    train = runner.train
+def _eager_optimizer_step(runner: Runner) -> None:
+    """With ``compile=True`` (mmengine compiles ``model.train_step``), the optimizer step stays
+    out of the compiled graph: the forward and its backward are compiled, ``update_params``
+    runs eagerly. Traced, the step fails in torch 2.14 on mmengine's ``ConfigDict`` param groups
+    ("'UserDefinedDictVariable' object has no attribute 'items'"), and a learning rate that
+    changes every iteration (warm-up, poly) would recompile it every iteration."""
+    build = runner.build_optim_wrapper
 
-    @functools.wraps(train)
-    def train_then_release_signals(*args, **kwargs):
-        try:
-            result = train(*args, **kwargs)
-        except BaseException:
-            # A tool that failed exits after its one-line message; torchrun's SIGTERM to the
-            # survivors of a dead rank arrives meanwhile and must not kill it first.
-            release_stop_signals(ignore=_tool_running)
-            raise
-        release_stop_signals()
-        return result
+    def build_with_eager_step(*args, **kwargs):
+        wrapper = build(*args, **kwargs)
+        wrapper.update_params = torch.compiler.disable(wrapper.update_params)
+        return wrapper
 
-    runner.train = train_then_release_signals
+    if runner.cfg.get('compile'):
+        runner.build_optim_wrapper = build_with_eager_step
 
 
 def run_tool(main: Callable[[], None]) -> int:
@@ -109,10 +140,10 @@ def run_tool(main: Callable[[], None]) -> int:
     collector frees, could otherwise abort the rank at exit ("terminate called without an active
     exception", SIGABRT) after its work is done.
     """
-    global _tool_running
-    code, peers_lost, _tool_running = 0, False, True
+    code, peers_lost = 0, False
     try:
-        main()
+        with _running_as_tool():
+            main()
     except UserError as error:
         print(f'error: {error}', file=sys.stderr)
         code = 1
@@ -128,7 +159,6 @@ def run_tool(main: Callable[[], None]) -> int:
         print(f'error: {message}', file=sys.stderr)
         code = 1
     finally:
-        _tool_running = False
         if (torch.distributed.is_available() and torch.distributed.is_initialized()
                 and not peers_lost):
             _leave_process_group()

@@ -94,6 +94,10 @@ class AFNOMixer(TokenMixer):
         self.hidden_size_factor = hidden_size_factor
         self.sparsity_threshold = float(sparsity_threshold)
         self.hard_thresholding_fraction = float(hard_thresholding_fraction)
+        # The band is sized from this text, a constant to torch.compile: a float attribute that
+        # differs between two compiled AFNO modules becomes a symbolic float, and inductor then
+        # fails on the band's ceil() ("AssertionError: Source of ...", torch 2.14).
+        self._fraction_text = repr(self.hard_thresholding_fraction)
         self.shrink = shrink
         self.fused = bool(fused)
         hidden = self.block_size * hidden_size_factor
@@ -127,7 +131,7 @@ class AFNOMixer(TokenMixer):
         return run_in_fp32(self._forward_fp32, x, tuple(hw_shape))
 
     def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        band = SpectralBand.fraction(hw_shape, self.hard_thresholding_fraction)
+        band = SpectralBand.fraction(hw_shape, float(self._fraction_text))
         weights = (self.w1, self.b1, self.w2, self.b2)
         if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul
             return afno_real_arithmetic(x, hw_shape, band, weights, self.sparsity_threshold,

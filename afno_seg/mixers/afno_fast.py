@@ -110,6 +110,10 @@ class _FusedAFNO(torch.autograd.Function):
                 _released_layout_grad(grad_b2), None, None, None, None)
 
 
+# Eager under torch.compile (a graph break around it): inductor cannot generate code for its
+# complex GEMMs and FFTs and traced it 4-8% slower than eager at the B3 stage points; eager
+# inside a compiled model measured 0.93-1.03x (BENCHMARKS.md, "torch.compile").
+@torch.compiler.disable
 def fused_afno(x: Tensor, weights: tuple[Tensor, ...], hw_shape: tuple[int, int],
                band: SpectralBand, threshold: float) -> Tensor:
     """Split-shrink AFNO, ``x + irfft2(S(ReLU(z W1 + b1) W2 + b2))``; weights released layout."""

@@ -9,7 +9,10 @@ kernels and cuFFT's need power-of-two sizes.
 :func:`rfft2` and :func:`irfft2` (with a band: only its rows and columns) and :func:`fft3` are the
 transforms the mixers' formulas call, and the only ones run during ONNX export (the fused
 training paths are not taken there); ``fast=True`` swaps in :mod:`.spectral_fast`'s
-adjoint-gradient versions (same values, cheaper backward).
+adjoint-gradient versions (same values, cheaper backward). Inside ``dft_mode('matmul')``
+(:mod:`.dft_matmul`; the ONNX export's ``--dft matmul``) all three compute by real matmuls with
+constant DFT matrices instead of ``torch.fft``, a band's modes directly (same values; ``fast`` is
+then moot).
 
 References:
     Guibas et al., arXiv:2111.13587 (AFNO). Li et al., arXiv:2010.08895 (FNO).
@@ -22,10 +25,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import spectral_fast
+from . import dft_matmul, spectral_fast
+from .dft_matmul import dft_mode
 
-__all__ = ['SpectralBand', 'fft3', 'fft_flops', 'fp32_island', 'grid_to_tokens', 'irfft2',
-           'kept_count', 'rfft2', 'rfft2_flops', 'run_in_fp32', 'signed_frequencies',
+__all__ = ['SpectralBand', 'dft_mode', 'fft3', 'fft_flops', 'fp32_island', 'grid_to_tokens',
+           'irfft2', 'kept_count', 'rfft2', 'rfft2_flops', 'run_in_fp32', 'signed_frequencies',
            'spectral_dtype', 'tokens_to_grid']
 
 
@@ -66,6 +70,9 @@ def rfft2(x: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None' = No
           fast: bool = True) -> Tensor:
     """``Z = rfft2(X)`` of tokens ``(B, H*W, C)`` -> ``(B, C, H, W//2+1)``, or the band's kept
     modes ``(B, C, rows, cols)``."""
+    if dft_matmul.current_dft_mode() == 'matmul':
+        grid = tokens_to_grid(x, hw_shape).permute(0, 3, 1, 2)
+        return torch.complex(*dft_matmul.rfft2(grid, band))
     if fast:
         spectrum = spectral_fast.tokens_to_spectrum(x, hw_shape)
     else:
@@ -77,6 +84,10 @@ def irfft2(modes: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None'
            fast: bool = True) -> Tensor:
     """``X = irfft2(Z)`` of ``(B, C, H, W//2+1)`` (or a band's modes, zero elsewhere) -> tokens
     ``(B, H*W, C)``."""
+    if dft_matmul.current_dft_mode() == 'matmul':
+        parts = torch.view_as_real(modes)
+        grid = dft_matmul.irfft2(parts[..., 0], parts[..., 1], tuple(hw_shape), band)
+        return grid.flatten(2).mT
     spectrum = modes if band is None else band.scatter(modes)
     if fast:
         return spectral_fast.spectrum_to_grid(spectrum, hw_shape).flatten(1, 2)
@@ -85,6 +96,8 @@ def irfft2(modes: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None'
 
 def fft3(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     """The complex DFT of tokens ``(B, H*W, C)`` over ``(H, W, C)`` -> ``(B, H*W, C)``."""
+    if dft_matmul.current_dft_mode() == 'matmul':
+        return grid_to_tokens(torch.complex(*dft_matmul.fft3(tokens_to_grid(x, hw_shape))))
     return grid_to_tokens(torch.fft.fftn(tokens_to_grid(x, hw_shape), dim=(1, 2, 3),
                                          norm='ortho'))
 

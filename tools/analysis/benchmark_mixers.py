@@ -44,14 +44,14 @@ import time
 
 import torch
 
-from afno_seg.analysis.benchmarking import (
+from afno_seg.experiments.benchmarking import (
     DTYPES,
     load_average,
     parse_run_arguments,
     prepare_run,
     write_csv,
 )
-from afno_seg.analysis.mixer_benchmark import (
+from afno_seg.experiments.mixer_benchmark import (
     B3_STAGES,
     REFERENCE_NAMES,
     Stage,
@@ -59,7 +59,7 @@ from afno_seg.analysis.mixer_benchmark import (
     mixer_names,
     run_sweep,
 )
-from afno_seg.analysis.mixer_benchmark_report import (
+from afno_seg.experiments.mixer_benchmark_report import (
     FIELDS,
     exponent_rows,
     format_ratio,
@@ -86,9 +86,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--repeats', type=int, default=5, help='timed rounds')
     parser.add_argument('--warmup', type=int, default=1, help='untimed rounds first')
-    parser.add_argument('--compile', nargs='*', choices=mixer_names(), default=[],
-                        help='also run these mixers through torch.compile (NAME+compile); '
-                        'compiling takes tens of seconds per grid')
+    parser.add_argument('--compile', nargs='*', choices=mixer_names(),
+                        help='also run these mixers (no names: every one of --mixers) through '
+                        'torch.compile, as NAME+compile, timed in the same rounds as eager '
+                        '(ratio NAME+compile/NAME); compiling takes tens of seconds per grid')
     parser.add_argument('--max-call-s', type=float, default=1.0,
                         help='skip a point whose predicted fwd+bwd seconds exceed this '
                         '(4x this at each stage\'s own B3 grid)')
@@ -113,7 +114,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.batch, args.repeats, args.warmup = 1, 1, 0
     args.grids = sorted(args.grids or [32, 48, 64, 128, 256, 512])
     args.stage_list = [s for s in stages if s.index in args.stages]
-    args.names = args.mixers + [f'{n}+compile' for n in args.compile] + args.references
+    if args.compile == []:  # --compile alone: every mixer measured
+        args.compile = list(args.mixers)
+    args.names = (args.mixers + [f'{n}+compile' for n in args.compile or []] +
+                  args.references)
     if args.max_mem_gb is None:
         if args.device == 'cuda':
             args.max_mem_gb = 0.9 * torch.cuda.get_device_properties(0).total_memory / 2**30

@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from afno_seg.analysis.benchmarking import (
+from afno_seg.experiments.benchmarking import (
     environment,
     error_text,
     load_average,

@@ -99,7 +99,7 @@ def study_config(config: str, work_dir: Path) -> str:
     can swap its mixers."""
     from mmengine.config import Config
 
-    from afno_seg.analysis.study_plan import write_once
+    from afno_seg.experiments.study_plan import write_once
     from afno_seg.mixer_switch import resolve_config_path, switch_mixer
     path = resolve_config_path(config)
     if not Path(path).is_file():
@@ -116,9 +116,9 @@ def study_config(config: str, work_dir: Path) -> str:
 def main(argv=None) -> None:
     from afno_seg.deployment.startup import quiet_known_warnings
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
-    from afno_seg.analysis.study import StudyOptions, run_study, slurm_commands
-    from afno_seg.analysis.study_plan import plan_rows, plan_runs
-    from afno_seg.analysis.study_table import write_study_outputs
+    from afno_seg.experiments.study import StudyOptions, run_study, slurm_commands
+    from afno_seg.experiments.study_plan import plan_rows, plan_runs
+    from afno_seg.experiments.study_table import write_study_outputs
     from afno_seg.mixers import mixer_variants
     args = parse_args(argv)
     configs = args.configs or sorted(str(p) for p in ROOT.glob('configs/segformer_*_b3_'

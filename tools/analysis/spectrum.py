@@ -59,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def compare(args) -> None:
     import numpy as np
 
-    from afno_seg.analysis.spectrum_plots import plot_compare
+    from afno_seg.experiments.spectrum_plots import plot_compare
     labels = args.labels or [Path(d).name for d in args.compare]
     if len(labels) != len(args.compare):
         raise UserError(f'--labels gives {len(labels)} labels for {len(args.compare)} '
@@ -85,8 +85,8 @@ def main(argv=None) -> None:
         return
     import torch
 
-    from afno_seg.analysis.spectrum_plots import plot_run
-    from afno_seg.analysis.spectrum_run import (
+    from afno_seg.experiments.spectrum_plots import plot_run
+    from afno_seg.experiments.spectrum_run import (
         analyze_model,
         default_images,
         load_images,

@@ -1,13 +1,18 @@
-"""onnxruntime vs PyTorch on the real Cityscapes frame: logit parity and CPU time, per model.
+"""onnxruntime (DFT op / matmul forms) and OpenVINO vs PyTorch: logit parity and CPU time.
 
     python tools/deployment/benchmark_onnx.py [--variants afno gfn ...] [--b3 afno esa]
-        [--b3-scale 512 256] [--repeats 5] [--threads 1] [--out work_dirs/benchmark_onnx]
+        [--b3-scale 512 256] [--mixers-alone H W C]... [--stage-points] [--no-demo]
+        [--runtimes ort-op ort-matmul openvino] [--repeats 5] [--threads 1]
+        [--out work_dirs/benchmark_onnx]
 
 Models: the demo config with each mixer variant (random initialisation; the demo's test resize,
 512x256), and the B3 configs named by ``--b3`` at full width with the test resize reduced to
 ``--b3-scale`` (whole-image inference). The frame (256x128 in ../shared/data) is scaled back
-to 2048x1024 first. Writes ``OUT/benchmark_onnx.csv`` and ``OUT/benchmark_onnx.md`` (the table
-and this run's command line).
+to 2048x1024 first. ``--mixers-alone`` (repeatable) and ``--stage-points`` (SegFormer-B3's four
+stage points, C @ H x W = 64 @ 256x256, 128 @ 128x128, 320 @ 64x64, 512 @ 32x32) time each
+variant's mixer by itself. Every model is exported with the spectral transforms as ONNX ``DFT``
+ops and as matmuls; OpenVINO runs the matmul graph. Writes ``OUT/benchmark_onnx.csv`` and
+``OUT/benchmark_onnx.md`` (the table and this run's command line).
 """
 import argparse
 import csv
@@ -21,6 +26,7 @@ from mmengine.registry import init_default_scope
 
 import afno_seg  # noqa: F401
 from afno_seg.deployment.benchmark import (
+    RUNTIMES,
     MixerAlone,
     compare_backends,
     demo_model_configs,
@@ -44,8 +50,15 @@ def parse_args(argv=None):
     parser.add_argument('--b3-scale', type=int, nargs=2, default=(512, 256), metavar=('W', 'H'),
                         help='test resize of the B3 configs')
     parser.add_argument('--mixers-alone', type=int, nargs=3, metavar=('H', 'W', 'C'),
+                        action='append', default=[],
                         help='also time each mixer variant by itself on an H x W grid of C '
-                        'channels (e.g. 128 128 64: B3 stage 1 at a 512 crop)')
+                        'channels (e.g. 128 128 64: B3 stage 1 at a 512 crop); repeatable')
+    parser.add_argument('--stage-points', action='store_true',
+                        help='--mixers-alone at the four B3 stage points of a 1024 crop')
+    parser.add_argument('--no-demo', action='store_true', help='no demo-size whole models')
+    parser.add_argument('--runtimes', nargs='+', choices=RUNTIMES, default=list(RUNTIMES))
+    parser.add_argument('--max-param-mb', type=float, default=200.0,
+                        help='skip a mixer alone with more parameter MB (FNO at wide stages)')
     parser.add_argument('--frame', default=FRAME, help='the image')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=1)
@@ -62,20 +75,37 @@ def b3_config(name: str, scale) -> Config:
     return cfg
 
 
+B3_STAGE_POINTS = ((256, 256, 64), (128, 128, 128), (64, 64, 320), (32, 32, 512))
+
+
 def mixers_alone(args) -> list:
-    """Each variant's mixer by itself, built as the backbone builds it (stage 1 arguments)."""
+    """Each variant's mixer by itself at each point, built as the backbone builds it (stage 1
+    arguments: one head, reduction 8)."""
     from afno_seg.backbones.stage import build_mixer
-    height, width, channels = args.mixers_alone
     results = []
-    for name, cfg in demo_model_configs(DEMO, args.variants).items():
-        torch.manual_seed(0)
-        mixer = build_mixer(dict(cfg.model.backbone.mixers), embed_dims=channels, num_heads=1,
-                            sr_ratio=8, base_hw_shape=(height, width)).eval()
-        tokens = torch.randn(1, height * width, channels)
-        result = compare_backends(f'mixer-{name}', MixerAlone(mixer, (height, width)), tokens,
-                                  args.repeats, args.threads)
-        print(result, flush=True)
-        results.append(result)
+    points = list(args.mixers_alone) + (list(B3_STAGE_POINTS) if args.stage_points else [])
+    for height, width, channels in points:
+        for name, cfg in demo_model_configs(DEMO, args.variants).items():
+            mixer_cfg = dict(cfg.model.backbone.mixers)
+            if mixer_cfg['type'] == 'AFNOMixer':
+                mixer_cfg['num_blocks'] = 8  # the B3 configs'
+            with torch.device('meta'):
+                size = sum(p.numel() for p in build_mixer(
+                    mixer_cfg, embed_dims=channels, num_heads=1, sr_ratio=8,
+                    base_hw_shape=(height, width)).parameters()) * 4 / 2**20
+            if size > args.max_param_mb:
+                print(f'mixer-{name} at {channels} @ {height}x{width}: skipped, {size:.0f} MB of '
+                      f'parameters > --max-param-mb {args.max_param_mb:g}', flush=True)
+                continue
+            torch.manual_seed(0)
+            mixer = build_mixer(mixer_cfg, embed_dims=channels, num_heads=1, sr_ratio=8,
+                                base_hw_shape=(height, width)).eval()
+            tokens = torch.randn(1, height * width, channels)
+            result = compare_backends(f'mixer-{name}', MixerAlone(mixer, (height, width)),
+                                      tokens, args.repeats, args.threads,
+                                      runtimes=tuple(args.runtimes))
+            print(result, flush=True)
+            results.append(result)
     return results
 
 
@@ -85,7 +115,8 @@ def main(argv=None) -> int:
     from mmseg.registry import MODELS
     init_default_scope('mmseg')
     image = cv2.resize(cv2.imread(args.frame), (2048, 1024), interpolation=cv2.INTER_LINEAR)
-    configs = {f'demo-{k}': v for k, v in demo_model_configs(DEMO, args.variants).items()}
+    configs = {} if args.no_demo else {
+        f'demo-{k}': v for k, v in demo_model_configs(DEMO, args.variants).items()}
     configs.update({f'B3-{name}': b3_config(name, args.b3_scale) for name in args.b3 or []})
     results = []
     for name, cfg in configs.items():
@@ -94,11 +125,11 @@ def main(argv=None) -> int:
         model.init_weights()
         model.eval()
         inputs = prepared_input(cfg, image, model)
-        result = compare_backends(name, model, inputs, args.repeats, args.threads)
+        result = compare_backends(name, model, inputs, args.repeats, args.threads,
+                                  runtimes=tuple(args.runtimes))
         print(result, flush=True)
         results.append(result)
-    if args.mixers_alone:
-        results += mixers_alone(args)
+    results += mixers_alone(args)
     out = ensure_dir(args.out)
     with open(osp.join(out, 'benchmark_onnx.csv'), 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=list(results[0].row()))

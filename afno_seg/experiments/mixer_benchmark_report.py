@@ -40,9 +40,13 @@ def ratio_rows(rows: list[dict], stages, dtypes, grid_of) -> list[dict]:
                     entry[f'{name}/fft'] = paired_ratio(get(name), fft)
             if get('fft-torch') and fft:
                 entry['fft-torch/fft'] = paired_ratio(get('fft-torch'), fft)
-            for name in attention_names() + ['afno+compile', 'afno-composed']:
+            for name in attention_names() + ['afno-composed']:
                 if afno and get(name):
                     entry[f'{name}/afno'] = paired_ratio(get(name), afno)
+            for name in spectral_names() + attention_names():  # compiled against eager
+                if get(name) and get(f'{name}+compile'):
+                    entry[f'{name}+compile/{name}'] = paired_ratio(get(f'{name}+compile'),
+                                                                   get(name))
             for name in spectral_names():  # a composed reference against its fused mixer
                 base = name[:-len('-composed')]
                 if name.endswith('-composed') and base != 'afno' and get(name) and get(base):

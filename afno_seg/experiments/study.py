@@ -23,6 +23,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.errors import UserError
@@ -35,29 +37,33 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / 'tools'
 
 
+@dataclass
 class StudyOptions:
-    """What the CLI passes to :func:`run_study` (see ``tools/analysis/mixer_study.py``)."""
+    """What ``tools/analysis/mixer_study.py`` passes to :func:`run_study`: its options (see its
+    ``--help``), ``--no-X`` as ``X=False``. Sequences are stored as lists."""
 
-    def __init__(self, work_dir, seeds=(0, ), gpus=1, cfg_options=None, eval_scales=(1.0, ),
-                 cost_config=None, cost_shape=None, bench_args='', costs=True, benchmark=True,
-                 spectrum=False, spectrum_args='', partition='PARTITION', runs=True,
-                 bench_max_params_m=None, train=True):
-        self.work_dir = Path(work_dir)
-        self.seeds = list(seeds)
-        self.gpus = gpus
-        self.cfg_options = list(cfg_options or [])  # raw 'key=value' strings, passed on as is
-        self.eval_scales = [float(s) for s in eval_scales]
-        self.cost_config = cost_config
-        self.cost_shape = cost_shape
-        self.bench_args = bench_args
-        self.costs = costs
-        self.benchmark = benchmark
-        self.spectrum = spectrum
-        self.spectrum_args = spectrum_args
-        self.partition = partition
-        self.runs = runs  # False: costs (and spectrum) only
-        self.bench_max_params_m = bench_max_params_m
-        self.train = train  # False: evaluate only what is trained (e.g. beside a running study)
+    work_dir: Path  # runs, logs, costs and the table
+    seeds: Sequence[int] = (0, )
+    gpus: int = 1  # per training run; dist_train.sh above 1
+    cfg_options: Sequence[str] | None = None  # raw 'key=value' strings, passed on as they are
+    eval_scales: Sequence[float] = (1.0, )  # the first one is the headline column
+    cost_config: str | None = None
+    cost_shape: Sequence[int] | None = None
+    bench_args: str = ''
+    costs: bool = True
+    benchmark: bool = True
+    spectrum: bool = False
+    spectrum_args: str = ''
+    partition: str = 'PARTITION'
+    runs: bool = True  # False: costs (and spectrum) only
+    bench_max_params_m: float | None = None
+    train: bool = True  # False: evaluate only what is trained (e.g. beside a running study)
+
+    def __post_init__(self) -> None:
+        self.work_dir = Path(self.work_dir)
+        self.seeds = list(self.seeds)
+        self.cfg_options = list(self.cfg_options or [])
+        self.eval_scales = [float(s) for s in self.eval_scales]
 
 
 def parsed_cfg_options(raw: list[str]) -> dict:

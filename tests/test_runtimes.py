@@ -1,0 +1,161 @@
+"""Spectral mixers in every runtime: the matmul DFT form equals the op form (PyTorch, float64) for
+every spectral variant, its ONNX graph has no DFT node and matches PyTorch in onnxruntime on odd,
+non-square grids; OpenVINO runs the matmul graph (tools/inference.py --backend openvino) and
+refuses the op graph; compile=True (mmengine's switch) trains."""
+import cv2
+import numpy as np
+import onnx
+import pytest
+import torch
+from mmengine.config import Config
+from mmseg.registry import MODELS
+
+from afno_seg.deployment import export_onnx, onnx_session, openvino_session
+from afno_seg.deployment.benchmark import MixerAlone
+from afno_seg.deployment.onnx_export import INPUT_NAME, OPSET, resolve_dft
+from afno_seg.engine.errors import UserError
+from afno_seg.mixers import mixer_variants
+from afno_seg.mixers.dft_matmul import dft_mode
+
+from conftest import TINY_CONFIG, check, run_tool
+
+# Export paths of the listed variants (AFNO's real arithmetic, GFN's and FNO's plain formulas),
+# eager paths of the composed references; the fused ones call torch.fft directly (training).
+SPECTRAL = ('afno', 'afno25', 'gfn', 'fnet', 'fno', 'afno-composed', 'gfn-composed')
+GRIDS = [(9, 13), (12, 7)]  # odd and even, non-square
+
+
+def spectral_mixer(variant: str, channels: int = 16):
+    cfg = dict(mixer_variants(include_unlisted=True)[variant], embed_dims=channels)
+    if cfg['type'] == 'AFNOMixer':
+        cfg['num_blocks'] = 4
+    if cfg['type'] == 'FNOMixer':
+        cfg['modes'] = (3, 4)  # a truncated band on these grids
+    torch.manual_seed(0)
+    mixer = MODELS.build(cfg)
+    mixer.init_weights()
+    return mixer
+
+
+def graph_ops(path) -> set[str]:
+    model = onnx.load(path)
+    return {node.op_type for nodes in [model.graph.node, *(f.node for f in model.functions)]
+            for node in nodes}
+
+
+@pytest.mark.parametrize('hw', GRIDS, ids=lambda hw: f'{hw[0]}x{hw[1]}')
+@pytest.mark.parametrize('variant', SPECTRAL)
+def test_both_forms_compute_the_same_mixer(variant, hw, monkeypatch):
+    """Forward and gradients, float64: the matmul form is the same function as torch.fft's."""
+    if not variant.endswith('-composed'):
+        monkeypatch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
+    mixer = spectral_mixer(variant).double().train()
+    x = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64)
+    results = {}
+    for form in ('op', 'matmul'):
+        with dft_mode(form):
+            out = mixer(x, hw)
+            results[form] = (out, *torch.autograd.grad(out, [x, *mixer.parameters()], grad))
+    for op_value, matmul_value in zip(*results.values()):
+        torch.testing.assert_close(matmul_value, op_value, rtol=0, atol=1e-10)
+
+
+def export_alone(mixer, hw, path, form):
+    tokens = torch.randn(1, hw[0] * hw[1], 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), dft_mode(form):
+        torch.onnx.export(MixerAlone(mixer.eval(), hw), (tokens, ), dynamo=True,
+                          opset_version=OPSET, input_names=[INPUT_NAME], external_data=False,
+                          verbose=False).save(str(path))
+    return tokens
+
+
+@pytest.mark.parametrize('variant', ('afno', 'afno25', 'gfn', 'fnet', 'fno'))
+def test_matmul_graph_has_no_dft_and_matches_pytorch(variant, tmp_path):
+    hw = GRIDS[0]
+    mixer = spectral_mixer(variant)
+    path = tmp_path / f'{variant}.onnx'
+    tokens = export_alone(mixer, hw, path, 'matmul')
+    ops = graph_ops(path)
+    assert 'DFT' not in ops and 'MatMul' in ops, sorted(ops)
+    (actual, ) = onnx_session(str(path)).run(None, {INPUT_NAME: tokens.numpy()})
+    with torch.no_grad():
+        expected = mixer(tokens, hw).numpy()
+    assert np.abs(actual - expected).max() <= 1e-4
+
+
+def test_dft_choice_and_dynamic_fallback():
+    assert resolve_dft('auto', False) == ('matmul', '')
+    assert resolve_dft('op', False) == ('op', '')
+    assert resolve_dft('auto', True) == ('op', '')
+    form, note = resolve_dft('matmul', True)
+    assert form == 'op' and note.startswith('--dynamic: the matmul DFT needs fixed H, W')
+    with pytest.raises(UserError, match='--dft must be one of auto, op, matmul'):
+        resolve_dft('fft', False)
+
+
+def tiny_segmentor(variant: str):
+    cfg = Config.fromfile(TINY_CONFIG)
+    mixer = dict(mixer_variants()[variant])
+    if mixer['type'] == 'AFNOMixer':
+        mixer['num_blocks'] = 4
+    cfg.model.backbone.mixers = mixer
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.eval()
+
+
+def test_openvino_backend_runs_the_matmul_graph(tiny_demo_data, tmp_path):
+    """AFNO-25% (a truncated band, odd grids at 72x104): the matmul export, then
+    tools/inference.py with OpenVINO and with PyTorch agree; the op graph is refused."""
+    from mmengine.registry import init_default_scope
+    from mmseg.datasets import CityscapesDataset
+    init_default_scope('mmseg')
+    model = tiny_segmentor('afno25')
+    checkpoint = tmp_path / 'afno25.pth'
+    torch.save(dict(state_dict=model.state_dict(),
+                    meta=dict(dataset_meta=dict(CityscapesDataset.METAINFO))), checkpoint)
+    onnx_file = export_onnx(model, (64, 128), str(tmp_path / 'matmul.onnx'), dft='matmul')
+    assert 'DFT' not in graph_ops(onnx_file)
+    images = str(tiny_demo_data / 'leftImg8bit' / 'val')
+    labels = {}
+    for backend in ('pytorch', 'openvino'):
+        extra = ['--backend', backend] + (['--onnx', onnx_file] if backend != 'pytorch' else [])
+        check(run_tool('tools/inference.py', TINY_CONFIG, str(checkpoint), images, '--out-dir',
+                       str(tmp_path / backend), '--no-progress', *extra, '--cfg-options',
+                       'model.backbone.mixers.hard_thresholding_fraction=0.25'))
+        labels[backend] = [cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
+                           for p in sorted((tmp_path / backend / 'labels').rglob('*.png'))]
+    assert len(labels['openvino']) == 4
+    for torch_label, ov_label in zip(labels['pytorch'], labels['openvino']):
+        assert np.mean(torch_label == ov_label) >= 0.999
+    # Logits at an odd size straight from the session, against PyTorch.
+    odd = export_onnx(model, (72, 104), str(tmp_path / 'odd.onnx'), dft='matmul')
+    inputs = torch.randn(1, 3, 72, 104, generator=torch.Generator().manual_seed(2))
+    (actual, ) = openvino_session(odd, threads=1).run(None, {INPUT_NAME: inputs.numpy()})
+    with torch.no_grad():
+        expected = model.encode_decode(inputs, [dict(img_shape=(72, 104))]).numpy()
+    assert np.abs(actual - expected).max() <= 1e-4
+    assert (actual.argmax(1) == expected.argmax(1)).mean() >= 0.999
+    op_file = tmp_path / 'op.onnx'
+    export_alone(spectral_mixer('gfn'), GRIDS[0], op_file, 'op')
+    with pytest.raises(UserError, match='holds ONNX DFT nodes.*--dft matmul'):
+        openvino_session(str(op_file))
+
+
+@pytest.mark.slow
+def test_compile_true_trains(tiny_demo_data, tmp_path):
+    """mmengine's ``compile`` switch (AFNO): dynamo traces the train step and the optimizer step
+    stays eager (traced, it failed on mmengine's ConfigDict param groups). The aot_eager backend
+    runs dynamo and AOTAutograd without inductor's code generation (minutes on a CPU); every
+    mixer with compile=True (inductor) was run by hand (BENCHMARKS.md)."""
+    root = str(tiny_demo_data) + '/'
+    result = check(run_tool(
+        'tools/train.py', TINY_CONFIG, '--work-dir', str(tmp_path), '--cfg-options',
+        *[f'{loader}.dataset.data_root={root}' for loader in ('train_dataloader',
+                                                               'val_dataloader')],
+        'compile.backend=aot_eager', 'train_cfg.max_iters=2', 'train_cfg.val_interval=100',
+        'default_hooks.checkpoint.interval=100'))
+    log = result.stdout + result.stderr
+    assert 'Model has been "compiled"' in log and 'Iter(train) [2/2]' in log, log[-3000:]
