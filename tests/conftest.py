@@ -1,18 +1,32 @@
-"""Shared fixtures: a tiny generated demo dataset and a runner for the tools as subprocesses."""
+"""Shared fixtures and helpers: a tiny generated demo dataset, ONE trained tiny run that several
+test files read, a runner for the tools as subprocesses, and in-process Runners on the tiny config.
+
+Cost rules (the suite runs on 2 cores): a subprocess costs seconds of torch/mmseg import before it
+does anything, so tests share ``tiny_trained`` instead of training their own, call a tool's
+``main(argv)`` in-process where the process boundary is not the behaviour under test, and copy a
+shared work dir before changing it.
+"""
 import glob
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from afno_seg.datasets.demo_dataset import generate as generate_demo_data
+from afno_seg.engine import build_runner, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CONFIG = str(ROOT / 'tests' / 'configs' / 'tiny_demo.py')
+LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 
 def load_script(relative_path: str):
@@ -31,6 +45,15 @@ def tiny_demo_data(tmp_path_factory) -> Path:
     generate_demo_data(
         str(out), num_train=8, num_val=4, height=64, width=128, seed=0)
     return out
+
+
+def data_roots(root) -> dict:
+    """``--cfg-options`` pointing every loader of the tiny config at ``root``."""
+    return {f'{loader}.dataset.data_root': str(root) + '/' for loader in LOADERS}
+
+
+def cli_options(options: dict) -> list:
+    return ['--cfg-options'] + [f'{key}={value}' for key, value in options.items()]
 
 
 def run_tool(*args, cwd=ROOT, timeout=600, env=None) -> subprocess.CompletedProcess:
@@ -57,3 +80,134 @@ def metrics_of(work_dir) -> dict:
     assert files, f'no metrics json under {work_dir}'
     with open(files[-1]) as f:
         return json.load(f)
+
+
+@pytest.fixture(scope='session')
+def tiny_trained(tiny_demo_data, tmp_path_factory) -> SimpleNamespace:
+    """THE trained tiny run, shared (read-only: copy before changing anything): tools/train.py on
+    tests/configs/tiny_demo.py, 6 iterations saving iter_3 and iter_6, validation at 6, with the
+    TensorBoard switch on. ``work_dir`` (Path), ``result`` (the CompletedProcess)."""
+    work_dir = tmp_path_factory.mktemp('tiny_trained')
+    result = check(run_tool('tools/train.py', TINY_CONFIG, '--work-dir', str(work_dir),
+                            *cli_options(data_roots(tiny_demo_data)),
+                            env={'AFNO_SEG_TENSORBOARD': '1'}))
+    return SimpleNamespace(work_dir=work_dir, result=result)
+
+
+# ----------------------------------------------------------------- in-process Runners
+
+
+_runner_count = 0
+
+
+def make_runner(data_root, work_dir, config=TINY_CONFIG, **options):
+    """A Runner built the way tools/train.py builds it: unique experiment name, no validation
+    unless ``options`` set ``val_cfg`` etc. back."""
+    global _runner_count
+    _runner_count += 1
+    no_validation = {'val_cfg': None, 'val_dataloader': None, 'val_evaluator': None}
+    options = {**data_roots(data_root), **no_validation,
+               'experiment_name': f'tests_{os.getpid()}_{_runner_count}', **options}
+    cfg = load_config(config, cfg_options=options, work_dir=str(work_dir))
+    return build_runner(cfg, ['train_dataloader'])
+
+
+def read_checkpoint(path) -> dict:
+    return torch.load(path, map_location='cpu', weights_only=False)
+
+
+def assert_same_training_state(ours: dict, reference: dict) -> None:
+    """Bitwise: weights, optimizer state, schedulers, iteration and the torch generator."""
+    assert ours['meta']['iter'] == reference['meta']['iter']
+    for key, value in reference['state_dict'].items():
+        assert torch.equal(ours['state_dict'][key], value), key
+    for index, slots in reference['optimizer']['state'].items():
+        for name, value in slots.items():
+            assert torch.equal(torch.as_tensor(ours['optimizer']['state'][index][name]),
+                               torch.as_tensor(value)), (index, name)
+    assert ours['param_schedulers'] == reference['param_schedulers']
+    assert torch.equal(ours['rng_state']['torch'], reference['rng_state']['torch'])
+
+
+# ----------------------------------------------------------------- tools/train.py with seams
+
+SEAMS = '''
+"""Test seam imported through custom_imports: slow or failing checkpoint writes."""
+import errno, os, time
+from afno_seg.engine import atomic_io
+
+DELAY = float(os.environ.get('AFNO_TEST_SAVE_DELAY', '0'))
+FAIL = os.environ.get('AFNO_TEST_FAIL_SAVE', '')
+
+
+def _write_all(file, data, path):
+    if FAIL and path.endswith(FAIL):
+        file.write(data[:len(data) // 2])
+        file.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if DELAY and path.endswith('.pth'):  # 16 chunks: a kill lands half-way through the file
+        step = -(-len(data) // 16)
+        for start in range(0, len(data), step):
+            file.write(data[start:start + step])
+            file.flush()
+            time.sleep(DELAY / 16)
+    else:
+        file.write(data)
+
+
+atomic_io._write_all = _write_all
+'''
+
+
+def write_seamed_config(folder: Path, max_iters: int, **lines: str) -> str:
+    """A config over tiny_demo with the reliability hooks and the test seam imported."""
+    (folder / 'reliability_seams.py').write_text(SEAMS)
+    extra = '\n'.join(f'{key} = {value}' for key, value in lines.items())
+    config = folder / 'reliability_config.py'
+    config.write_text(textwrap.dedent(f'''
+        _base_ = [{TINY_CONFIG!r}]
+        custom_imports = dict(imports=['afno_seg', 'reliability_seams'],
+                              allow_failed_imports=False)
+        train_cfg = dict(max_iters={max_iters}, val_interval=100)
+        param_scheduler = [
+            dict(type='LinearLR', start_factor=1e-3, by_epoch=False, begin=0, end=2),
+            dict(type='PolyLR', eta_min=0.0, power=1.0, begin=2, end={max_iters}, by_epoch=False)
+        ]
+        custom_hooks = [dict(type='RandomStateHook'), dict(type='NonFiniteLossHook')]
+        ''') + extra + '\n')
+    return str(config)
+
+
+def seam_env(folder: Path, **variables) -> dict:
+    return dict(os.environ, OMP_NUM_THREADS='1', PYTHONUNBUFFERED='1',
+                PYTHONPATH=os.pathsep.join([str(folder), os.environ.get('PYTHONPATH', '')]),
+                **variables)
+
+
+def complete_checkpoint_named_by(work_dir: Path) -> int:
+    """Check the work_dir a kill left: returns the iteration ``last_checkpoint`` names (0: none).
+
+    Every visible ``iter_*.pth`` must load completely and ``last_checkpoint`` must name one.
+    """
+    for path in glob.glob(str(work_dir / 'iter_*.pth')):
+        checkpoint = read_checkpoint(path)  # raises on a truncated file
+        assert checkpoint['meta']['iter'] == int(re.search(r'iter_(\d+)', path)[1])
+    last = work_dir / 'last_checkpoint'
+    if not last.exists():
+        return 0
+    named = last.read_text().strip()
+    assert os.path.isfile(named), f'last_checkpoint names {named!r}, which does not exist'
+    return read_checkpoint(named)['meta']['iter']
+
+
+def wait_for(condition, process, timeout=180.0) -> bool:
+    """Poll ``condition`` every 5 ms; False if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.005)
+    raise TimeoutError('training made no progress')
+

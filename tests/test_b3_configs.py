@@ -2,7 +2,8 @@
 segmentor trains (forward + backward) and infers (whole and sliding window, non-square) on a CPU.
 
 Fast tests shrink the backbone to B0 through the configs' own ``arch`` (as a user would with
-``--cfg-options model.backbone.arch=b0 ...``); the ``slow`` ones run B3 itself at 256x512.
+``--cfg-options model.backbone.arch=b0 ...``); the ``slow`` ones run B3 itself: every config at
+a 64x128 crop, one at 256x512.
 """
 import glob
 import os.path as osp
@@ -190,10 +191,27 @@ def test_b0_sized_train_and_inference(path):
 @pytest.mark.slow
 @pytest.mark.parametrize('path', CONFIGS, ids=short_name)
 def test_b3_train_step_and_inference(path):
-    """The full B3 segmentor (768-wide head) trained one step at a 256x512 crop; whole-image
-    inference of a 1024x2048 frame downscaled to 128x256, sliding windows (the recipe's 1024/768
-    scaled by 1/8), and an odd non-square image."""
-    model = build(load_cfg(path, crop=(256, 512)))
+    """The full B3 segmentor (768-wide head) of every config at small sizes, where each mixer
+    meets B3's widths, heads and depths: one training step at a 64x128 crop, whole-image and
+    sliding-window inference, and an odd non-square image (grids 18x26, 9x13, 5x7, 3x4)."""
+    model = build(load_cfg(path, crop=(64, 128)))
+    assert torch.isfinite(torch.tensor(train_step(model, 64, 128)))
+    model.zero_grad(set_to_none=True)
+    whole = predict(model, 64, 128, dict(mode='whole'))
+    assert tuple(whole.shape) == (1, 64, 128) and whole.max() < 19
+    slide = predict(model, 64, 128, dict(mode='slide', crop_size=(64, 64), stride=(48, 48)))
+    assert tuple(slide.shape) == (1, 64, 128)
+    odd = predict(model, 72, 104, dict(mode='whole'))
+    assert tuple(odd.shape) == (1, 72, 104)
+
+
+@pytest.mark.slow
+def test_b3_train_step_and_inference_at_the_test_sizes():
+    """The mixer does not matter here (every mixer's B3 run is above): B3 trained one step at a
+    256x512 crop; whole-image inference of a 1024x2048 frame downscaled to 128x256, sliding
+    windows (the recipe's 1024/768 scaled by 1/8), and an odd non-square image."""
+    model = build(load_cfg(str(ROOT / 'configs' / 'segformer_afno_b3_cityscapes.py'),
+                           crop=(256, 512)))
     assert torch.isfinite(torch.tensor(train_step(model, 256, 512)))
     model.zero_grad(set_to_none=True)
     whole = predict(model, 128, 256, dict(mode='whole'))

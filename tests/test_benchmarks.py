@@ -4,8 +4,10 @@ plain-torch references. No timing assertions: times are only checked to be measu
 """
 import csv
 import math
+import os
 import os.path as osp
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -246,7 +248,8 @@ def test_gpu_script_rejects_bad_arguments(args):
 @pytest.mark.slow
 def test_gpu_script_dry_run(tmp_path):
     result = subprocess.run(['bash', GPU_SCRIPT, str(tmp_path / 'out'), '--dry-run'],
-                            capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+                            capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                            env=dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1'))
     assert result.returncode == 0, result.stdout + result.stderr
     out = tmp_path / 'out'
     summary = (out / 'summary.txt').read_text()

@@ -13,7 +13,6 @@ import time
 import pytest
 import torch
 from mmseg.registry import TRANSFORMS
-from test_reliability import make_runner
 
 import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.engine.dataloader_faults import (
@@ -22,6 +21,8 @@ from afno_seg.engine.dataloader_faults import (
     _chain,
     explain_worker_failure,
 )
+
+from conftest import make_runner
 
 
 @TRANSFORMS.register_module(force=True)

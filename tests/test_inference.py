@@ -1,6 +1,11 @@
 """tools/inference.py end to end on the tiny config: images from folders and globs, a video, the
 outputs against mmseg's ``inference_model``, labelIds, onnxruntime against PyTorch, and one clear
-line for every bad input; tools/test.py names a bad checkpoint before the Runner's log."""
+line for every bad input; tools/test.py names a bad checkpoint before the Runner's log.
+
+One run of the tool as a process (images and a video: what a user runs, start-up warnings
+included) and two for the one-line errors (before and after the model is built); the other
+options call its ``main`` here: the process adds nothing to them.
+"""
 import json
 from pathlib import Path
 
@@ -14,7 +19,7 @@ from test_mmseg_apis import checkpoint_of
 from afno_seg.deployment import collect_inputs, export_onnx, set_inference_mode
 from afno_seg.engine.errors import UserError
 
-from conftest import TINY_CONFIG, check, run_tool
+from conftest import TINY_CONFIG, check, load_script, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,6 +42,11 @@ def images(tiny_demo_data, tmp_path_factory) -> Path:
     cv2.imwrite(str(folder / 'odd.jpg'), odd)
     (folder / 'notes.txt').write_text('not an image')
     return folder
+
+
+@pytest.fixture(scope='module')
+def inference_tool():
+    return load_script('tools/inference.py')
 
 
 def write_video(path: Path, frames: list[np.ndarray], fps: float = 5.0) -> None:
@@ -65,14 +75,28 @@ def test_collect_inputs_folders_globs_and_names(images):
         collect_inputs(['/no/such.png'])
 
 
-def test_inference_tool_writes_labels_overlays_and_summary(checkpoint, images, tmp_path):
-    out = tmp_path / 'out'
-    result = check(run_tool('tools/inference.py', TINY_CONFIG, checkpoint, str(images),
-                            '--out-dir', str(out), '--batch-size', '2', '--opacity', '0.6'))
+@pytest.fixture(scope='module')
+def segmented(checkpoint, images, tiny_demo_data, tmp_path_factory):
+    """tools/inference.py as a process on the image folder and a 4-frame video:
+    (out_dir, frames, completed process)."""
+    folder = tmp_path_factory.mktemp('segmented')
+    frames = [cv2.imread(str(p)) for p in sorted(tiny_demo_data.glob('leftImg8bit/val/*/*.png'))]
+    video = folder / 'clip.mp4'
+    write_video(video, frames)
+    out = folder / 'out'
+    result = check(run_tool('tools/inference.py', TINY_CONFIG, checkpoint, str(images), str(video),
+                            '--out-dir', str(out), '--batch-size', '3', '--opacity', '0.6'))
+    return out, frames, result
+
+
+def test_inference_tool_writes_labels_overlays_and_summary(checkpoint, segmented):
+    out, _, result = segmented
     assert 'pkg_resources' not in result.stderr  # the one warning filtered at start-up
     summary = json.loads((out / 'summary.json').read_text())
-    assert summary['num_inputs'] == 4 and summary['backend'] == 'pytorch'
-    for entry in summary['inputs']:
+    assert summary['num_inputs'] == 5 and summary['backend'] == 'pytorch'
+    images = [entry for entry in summary['inputs'] if 'frames' not in entry]
+    assert len(images) == 4
+    for entry in images:
         label = cv2.imread(entry['label'], cv2.IMREAD_UNCHANGED)
         image = cv2.imread(entry['input'])
         assert label.shape == image.shape[:2] == (entry['height'], entry['width'])
@@ -88,10 +112,10 @@ def test_inference_tool_writes_labels_overlays_and_summary(checkpoint, images, t
     assert (out / 'overlays' / 'city' / 'deep' / 'frame2.png').is_file()
 
 
-def test_cityscapes_format_writes_label_ids(checkpoint, images, tmp_path):
+def test_cityscapes_format_writes_label_ids(inference_tool, checkpoint, images, tmp_path):
     image = str(images / 'city' / 'frame0.png')
-    check(run_tool('tools/inference.py', TINY_CONFIG, checkpoint, image, '--out-dir',
-                   str(tmp_path), '--format', 'cityscapes', '--no-progress'))
+    inference_tool.main([TINY_CONFIG, checkpoint, image, '--out-dir', str(tmp_path), '--format',
+                         'cityscapes', '--no-progress'])
     label_ids = cv2.imread(str(tmp_path / 'labels' / 'frame0.png'), cv2.IMREAD_UNCHANGED)
     train_ids = mmseg_prediction(checkpoint, image)
     # Cityscapes labels.py: trainId 0 road -> 7, 1 sidewalk -> 8, 2 building -> 11, 10 sky -> 23.
@@ -100,14 +124,10 @@ def test_cityscapes_format_writes_label_ids(checkpoint, images, tmp_path):
     assert np.array_equal(label_ids, np.vectorize(official.get)(train_ids))
 
 
-def test_video_in_overlay_video_out(checkpoint, tiny_demo_data, tmp_path):
-    frames = [cv2.imread(str(p)) for p in sorted(tiny_demo_data.glob('leftImg8bit/val/*/*.png'))]
-    video = tmp_path / 'clip.mp4'
-    write_video(video, frames)
-    out = tmp_path / 'out'
-    check(run_tool('tools/inference.py', TINY_CONFIG, checkpoint, str(video), '--out-dir',
-                   str(out), '--batch-size', '3'))
-    (entry, ) = json.loads((out / 'summary.json').read_text())['inputs']
+def test_video_in_overlay_video_out(segmented):
+    out, frames, _ = segmented
+    (entry, ) = [e for e in json.loads((out / 'summary.json').read_text())['inputs']
+                 if 'frames' in e]
     assert entry['frames'] == len(frames) and entry['fps'] == pytest.approx(5.0)
     capture = cv2.VideoCapture(entry['video'])
     written = []
@@ -119,26 +139,28 @@ def test_video_in_overlay_video_out(checkpoint, tiny_demo_data, tmp_path):
     assert len(written) == len(frames) and written[0].shape == frames[0].shape
 
 
-def test_onnxruntime_backend_matches_pytorch(checkpoint, images, tmp_path):
+def test_onnxruntime_backend_matches_pytorch(inference_tool, checkpoint, images, segmented,
+                                             tmp_path):
     from mmseg.apis import init_model
     model = init_model(Config.fromfile(TINY_CONFIG), checkpoint, device='cpu')
     onnx_file = export_onnx(model, (64, 128), str(tmp_path / 'tiny.onnx'))  # the test resize
+    inference_tool.main([TINY_CONFIG, checkpoint, str(images / 'city'), '--out-dir',
+                         str(tmp_path / 'ort'), '--backend', 'onnxruntime', '--onnx', onnx_file,
+                         '--no-progress'])
+    out, _, _ = segmented  # the PyTorch backend on the same images
     outputs = {}
-    for backend in ('pytorch', 'onnxruntime'):
-        extra = ['--backend', backend] + (['--onnx', onnx_file] if backend != 'pytorch' else [])
-        check(run_tool('tools/inference.py', TINY_CONFIG, checkpoint, str(images / 'city'),
-                       '--out-dir', str(tmp_path / backend), *extra))
+    for backend, folder in (('pytorch', out / 'labels' / 'city'),
+                            ('onnxruntime', tmp_path / 'ort' / 'labels')):
         outputs[backend] = [cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
-                            for p in sorted((tmp_path / backend / 'labels').rglob('*.png'))]
-    assert len(outputs['pytorch']) == 3
+                            for p in sorted(folder.rglob('*.png'))]
+    assert len(outputs['pytorch']) == len(outputs['onnxruntime']) == 3
     for torch_label, ort_label in zip(outputs['pytorch'], outputs['onnxruntime']):
         assert np.mean(torch_label == ort_label) >= 0.999
-    # A static graph and an image of another size: one clear line.
-    result = run_tool('tools/inference.py', TINY_CONFIG, checkpoint, str(images / 'odd.jpg'),
-                      '--out-dir', str(tmp_path / 'odd'), '--backend', 'onnxruntime',
-                      '--onnx', onnx_file, '--no-progress')
-    assert result.returncode == 1 and 'takes 64x128 inputs' in result.stderr
-    assert 'Traceback' not in result.stderr
+    # A static graph and an image of another size: a clear error (one line from the tool).
+    with pytest.raises(UserError, match='takes 64x128 inputs'):
+        inference_tool.main([TINY_CONFIG, checkpoint, str(images / 'odd.jpg'), '--out-dir',
+                             str(tmp_path / 'odd'), '--backend', 'onnxruntime', '--onnx',
+                             onnx_file, '--no-progress'])
 
 
 def expect_one_line_error(result, *fragments, alone=True):
@@ -153,37 +175,53 @@ def expect_one_line_error(result, *fragments, alone=True):
         assert fragment in lines[-1], lines[-1]
 
 
-@pytest.mark.parametrize('case', [
-    'garbage checkpoint', 'bad image', 'empty folder',
-    *(pytest.param(case, marks=pytest.mark.slow)
-      for case in ('missing checkpoint', 'missing input', 'cuda without a GPU'))])
-def test_bad_inputs_are_one_clear_line(case, checkpoint, images, tmp_path):
+def bad_input_case(case, checkpoint, images, tmp_path) -> tuple[list[str], list[str]]:
+    """(arguments, fragments of the message) of a bad command line."""
     good_image = str(images / 'city' / 'frame0.png')
-    arguments, fragments = [checkpoint, good_image], []
+    arguments = [TINY_CONFIG, checkpoint, good_image, '--out-dir', str(tmp_path / 'out')]
     if case == 'missing checkpoint':
-        arguments, fragments = [str(tmp_path / 'nope.pth'), good_image], ['nope.pth', 'not found']
-    elif case == 'garbage checkpoint':
+        arguments[1] = str(tmp_path / 'nope.pth')
+        return arguments, ['nope.pth', 'not found']
+    if case == 'garbage checkpoint':
         (tmp_path / 'garbage.pth').write_bytes(b'\x00junk' * 100)
-        arguments = [str(tmp_path / 'garbage.pth'), good_image]
-        fragments = ['garbage.pth', 'not a readable PyTorch checkpoint']
-    elif case == 'bad image':
+        arguments[1] = str(tmp_path / 'garbage.pth')
+        return arguments, ['garbage.pth', 'not a readable PyTorch checkpoint']
+    if case == 'bad image':
         data = Path(good_image).read_bytes()
         (tmp_path / 'cut.png').write_bytes(data[:len(data) // 3])
-        arguments = [checkpoint, str(tmp_path / 'cut.png')]
-        fragments = ['cut.png', 'image cannot be decoded']
-    elif case == 'empty folder':
+        arguments[2] = str(tmp_path / 'cut.png')
+        return arguments, ['cut.png', 'image cannot be decoded']
+    if case == 'empty folder':
         (tmp_path / 'empty').mkdir()
-        arguments, fragments = [checkpoint, str(tmp_path / 'empty')], ['empty', 'no image']
-    elif case == 'missing input':
-        arguments, fragments = [checkpoint, str(tmp_path / 'x.png')], ['input not found']
-    elif torch.cuda.is_available():
-        pytest.skip('a CUDA device is present')
-    extra = ['--device', 'cuda'] if case == 'cuda without a GPU' else []
-    if case == 'cuda without a GPU':
-        fragments = ['no CUDA device']
-    result = run_tool('tools/inference.py', TINY_CONFIG, *arguments, '--out-dir',
-                      str(tmp_path / 'out'), *extra)
+        arguments[2] = str(tmp_path / 'empty')
+        return arguments, ['empty', 'no image']
+    if case == 'missing input':
+        arguments[2] = str(tmp_path / 'x.png')
+        return arguments, ['input not found']
+    assert case == 'cuda without a GPU'
+    return arguments + ['--device', 'cuda'], ['no CUDA device']
+
+
+@pytest.mark.parametrize('case', ['garbage checkpoint', 'bad image'])
+def test_bad_inputs_are_one_clear_line(case, checkpoint, images, tmp_path):
+    """The process: before the model is built (a bad checkpoint) the message is all there is;
+    after it (a bad image) it is the last line."""
+    arguments, fragments = bad_input_case(case, checkpoint, images, tmp_path)
+    result = run_tool('tools/inference.py', *arguments)
     expect_one_line_error(result, *fragments, alone=case != 'bad image')
+
+
+@pytest.mark.parametrize('case', ['empty folder', 'missing checkpoint', 'missing input',
+                                  'cuda without a GPU'])
+def test_bad_inputs_are_named(case, inference_tool, checkpoint, images, tmp_path):
+    """The other bad inputs raise the UserError that the tool prints as its one line."""
+    if case == 'cuda without a GPU' and torch.cuda.is_available():
+        pytest.skip('a CUDA device is present')
+    arguments, fragments = bad_input_case(case, checkpoint, images, tmp_path)
+    with pytest.raises(UserError) as error:
+        inference_tool.main(arguments)
+    for fragment in fragments:
+        assert fragment in str(error.value), str(error.value)
 
 
 def test_test_tool_names_a_bad_checkpoint_before_the_runner_log(tmp_path):

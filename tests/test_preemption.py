@@ -19,17 +19,6 @@ from pathlib import Path
 import pytest
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
-from test_reliability import (
-    assert_same_training_state,
-    cli_options,
-    complete_checkpoint_named_by,
-    data_roots,
-    make_runner,
-    read_checkpoint,
-    seam_env,
-    wait_for,
-    write_seamed_config,
-)
 
 import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.engine import checkpoint_hook
@@ -40,7 +29,18 @@ from afno_seg.engine.preemption import (
     restart_count,
 )
 
-from conftest import ROOT
+from conftest import (
+    ROOT,
+    assert_same_training_state,
+    cli_options,
+    complete_checkpoint_named_by,
+    data_roots,
+    make_runner,
+    read_checkpoint,
+    seam_env,
+    wait_for,
+    write_seamed_config,
+)
 
 MAX_ITERS = 8
 
@@ -82,7 +82,7 @@ class FaultAtIterationHook(Hook):
 
 
 def write_fault_config(folder: Path, max_iters: int = MAX_ITERS, **lines: str) -> str:
-    """test_reliability's seamed config (slow-save seam, RNG hooks), plus the fault hook, drop-path
+    """conftest's seamed config (slow-save seam, RNG hooks), plus the fault hook, drop-path
     and dropout (so RNG matters) and a checkpoint every 2 iterations."""
     (folder / 'fault_seams.py').write_text(FAULT_SEAMS)
     defaults = dict(
@@ -287,7 +287,7 @@ def test_signals_during_checkpoint_writes_never_leave_a_partial_checkpoint_named
     """1. SIGTERM while iter_4.pth is being written: the write completes, no second save, exit
     75. 2. Resumed, SIGTERM before iteration 5, then a second SIGTERM while iter_5.pth is being
     written: exit at once (143), last_checkpoint still names iter_4.pth, iter_5 only a temp
-    file (which the next run removes, as test_reliability's SIGKILL test shows)."""
+    file (which the next run removes, as test_resume's SIGKILL test shows)."""
     config = write_fault_config(tmp_path)
     work_dir = tmp_path / 'work'
     command = train_command(config, tiny_demo_data, work_dir, '--resume')

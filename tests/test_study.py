@@ -1,12 +1,16 @@
 """tools/analysis/mixer_study.py: mixer specs, commands, and a killed 2-iteration study of two
 mixers on the tiny demo data that resumes and writes the table with the FLOP tool's numbers."""
+import contextlib
 import csv
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 from mmengine.config import Config
@@ -17,7 +21,7 @@ from afno_seg.experiments.study import StudyOptions, train_command
 from afno_seg.experiments.study_plan import Row, Run, parse_mixer_spec, scale_options
 from afno_seg.mixers import mixer_variants
 
-from conftest import ROOT, TINY_CONFIG, check, load_script, run_tool
+from conftest import ROOT, TINY_CONFIG, load_script
 
 DEMO = str(ROOT / 'configs' / 'demo' / 'segformer_afno_demo.py')
 
@@ -90,6 +94,17 @@ def study_args(work_dir, data_root, *extra) -> list[str]:
             'param_scheduler.1.end=2', 'default_hooks.checkpoint.interval=1']
 
 
+def run_study_here(*args) -> SimpleNamespace:
+    """tools/analysis/mixer_study.py's main in this process (its tools still run as
+    subprocesses, with one thread as run_tool gives them); ``stdout`` as a completed process
+    has it. The kill below needs a process of its own; these runs do not."""
+    study = load_script('tools/analysis/mixer_study.py')
+    out = io.StringIO()
+    with mock.patch.dict(os.environ, OMP_NUM_THREADS='1'), contextlib.redirect_stdout(out):
+        study.main(list(args))
+    return SimpleNamespace(stdout=out.getvalue())
+
+
 @pytest.fixture(scope='module')
 def killed_and_resumed(tiny_demo_data, tmp_path_factory):
     """The study killed (SIGKILL to its process group) once the first run's evaluation is
@@ -108,8 +123,8 @@ def killed_and_resumed(tiny_demo_data, tmp_path_factory):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     before = {str(p): p.stat().st_mtime for p in (work / 'runs' / 'tiny_demo__afno').rglob('*')}
-    resumed = check(run_tool(*study_args(work, tiny_demo_data)))
-    again = check(run_tool(*study_args(work, tiny_demo_data)))
+    resumed = run_study_here(*study_args(work, tiny_demo_data)[1:])
+    again = run_study_here(*study_args(work, tiny_demo_data)[1:])
     return dict(work=work, before=before, resumed=resumed, again=again, data=tiny_demo_data)
 
 

@@ -1,0 +1,157 @@
+"""Resume: a run killed at random moments (SIGKILL, also half-way through a checkpoint write) and
+resumed with --resume ends bitwise equal to one never interrupted; RandomStateHook is what makes a
+resumed run with dropout and drop-path equal.
+
+The SIGKILL test runs tools/train.py as a subprocess (the kill is the behaviour); stop signals are
+in tests/test_preemption.py, a dead rank in tests/test_dead_rank.py. docs/reliability.md quotes
+the numbers these tests produce.
+"""
+import glob
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import afno_seg  # noqa: F401  (registers everything)
+from afno_seg.engine import load_config
+
+from conftest import (
+    ROOT,
+    TINY_CONFIG,
+    assert_same_training_state,
+    cli_options,
+    complete_checkpoint_named_by,
+    data_roots,
+    make_runner,
+    read_checkpoint,
+    seam_env,
+    wait_for,
+    write_seamed_config,
+)
+
+# --------------------------------------------------------------------------- random state
+
+@pytest.mark.slow
+def test_resume_restores_random_state_bitwise(tiny_demo_data, tmp_path):
+    """Drop-path and dropout on: without RandomStateHook a resumed run diverges; with it, not."""
+    cfg = load_config(TINY_CONFIG)
+    cfg.val_dataloader.dataset.data_root = str(tiny_demo_data) + '/'
+    options = {'model.backbone.drop_path_rate': 0.1, 'model.decode_head.dropout_ratio': 0.1,
+               'train_cfg.max_iters': 4, 'train_cfg.val_interval': 2,
+               'val_cfg': cfg.val_cfg, 'val_dataloader': cfg.val_dataloader,
+               'val_evaluator': cfg.val_evaluator,
+               'default_hooks.checkpoint.type': 'AtomicCheckpointHook',
+               'default_hooks.checkpoint.interval': 2,
+               'custom_hooks': [dict(type='RandomStateHook')]}
+    make_runner(tiny_demo_data, tmp_path / 'ref', **options).train()
+    reference = read_checkpoint(tmp_path / 'ref' / 'iter_4.pth')
+    for with_hook in (True, False):
+        work_dir = tmp_path / f'resumed_{with_hook}'
+        work_dir.mkdir()
+        shutil.copy(tmp_path / 'ref' / 'iter_2.pth', work_dir / 'iter_2.pth')
+        (work_dir / 'last_checkpoint').write_text(str(work_dir / 'iter_2.pth'))
+        hooks = options['custom_hooks'] if with_hook else []
+        make_runner(tiny_demo_data, work_dir, resume=True,
+                    **{**options, 'custom_hooks': hooks}).train()
+        resumed = read_checkpoint(work_dir / 'iter_4.pth')
+        same = all(torch.equal(resumed['state_dict'][k], v)
+                   for k, v in reference['state_dict'].items())
+        assert same == with_hook
+        if with_hook:
+            assert_same_training_state(resumed, reference)
+
+
+# --------------------------------------------------------------------------- kill and resume
+
+KILL_CYCLES = 6
+KILL_MAX_ITERS = 16
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_matches_uninterrupted_run(tiny_demo_data,
+                                                                         tmp_path):
+    """6 SIGKILLs (half of them while a checkpoint is half-written), a --resume after each:
+    every resume starts at the last complete checkpoint, and the run ends bitwise equal to one
+    that was never interrupted (weights, AdamW moments, schedulers, torch generator)."""
+    config = write_seamed_config(
+        tmp_path, KILL_MAX_ITERS,
+        model="dict(backbone=dict(drop_path_rate=0.1), decode_head=dict(dropout_ratio=0.1))",
+        default_hooks="dict(checkpoint=dict(type='AtomicCheckpointHook', interval=2, "
+                      "max_keep_ckpts=2))")
+    command = [sys.executable, 'tools/train.py', config, '--resume',
+               *cli_options(data_roots(tiny_demo_data))]
+
+    reference_dir = tmp_path / 'uninterrupted'
+    result = subprocess.run(command + ['--work-dir', str(reference_dir)], cwd=ROOT, timeout=600,
+                            env=seam_env(tmp_path), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    work_dir = tmp_path / 'killed'
+    work_dir.mkdir()
+    rng = random.Random(8)
+    env = seam_env(tmp_path, AFNO_TEST_SAVE_DELAY='0.8')
+    resumed_from, mid_write_kills, finished = [], 0, False
+    expected_start = 0
+    for cycle in range(KILL_CYCLES):
+        log_path = tmp_path / f'cycle_{cycle}.log'
+        with open(log_path, 'w') as log:
+            process = subprocess.Popen(command + ['--work-dir', str(work_dir)], cwd=ROOT,
+                                       env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            if cycle % 2 == 0:  # kill while the n-th checkpoint of this process is being written
+                nth, seen = rng.choice([1, 2]), set()
+                own_temp = str(work_dir / f'.iter_*.pth.{process.pid}.*.tmp')
+
+                def nth_save_started():
+                    seen.update(glob.glob(own_temp))
+                    return len(seen) >= nth
+
+                alive = wait_for(nth_save_started, process)
+                delay = rng.uniform(0.0, 0.5)
+            else:  # kill at a random moment after a random number of new iterations
+                target = expected_start + rng.randint(3, 6)
+
+                def reached_target():
+                    done = re.findall(r'Iter\(train\) \[\s*(\d+)/', log_path.read_text())
+                    return bool(done) and int(done[-1]) >= target
+
+                alive = wait_for(reached_target, process)
+                delay = rng.uniform(0.0, 0.4)
+            if alive:
+                time.sleep(delay)
+            partial = glob.glob(str(work_dir / f'.iter_*.pth.{process.pid}.*.tmp'))
+            killed = process.poll() is None
+        finally:
+            process.kill()
+            process.wait()
+        text = log_path.read_text()
+        match = re.search(r'resumed epoch: \d+, iter: (\d+)', text)
+        resumed_from.append(int(match[1]) if match else 0)
+        assert resumed_from[-1] == expected_start, text[-3000:]
+        expected_start = complete_checkpoint_named_by(work_dir)
+        mid_write_kills += bool(killed and partial)
+        if not killed:  # the run got to its end before this cycle's kill
+            finished = process.returncode == 0
+            assert finished, text[-3000:]
+            break
+
+    if not finished:
+        final_log = tmp_path / 'final.log'
+        result = subprocess.run(command + ['--work-dir', str(work_dir)], cwd=ROOT, timeout=600,
+                                env=seam_env(tmp_path), capture_output=True, text=True)
+        final_log.write_text(result.stdout + result.stderr)
+        assert result.returncode == 0, result.stderr[-3000:]
+        match = re.search(r'resumed epoch: \d+, iter: (\d+)', result.stdout + result.stderr)
+        assert int(match[1]) == expected_start
+        resumed_from.append(expected_start)
+    print(f'kill cycles: {KILL_CYCLES}, killed mid-write: {mid_write_kills}, '
+          f'resumed from iterations: {resumed_from}')
+    assert mid_write_kills >= 2 and len(set(resumed_from)) >= 4
+    assert not glob.glob(str(work_dir / '.*.tmp'))  # the next run cleared the partial files
+    assert_same_training_state(read_checkpoint(work_dir / f'iter_{KILL_MAX_ITERS}.pth'),
+                               read_checkpoint(reference_dir / f'iter_{KILL_MAX_ITERS}.pth'))
