@@ -39,6 +39,18 @@ def load_script(relative_path: str):
     return module
 
 
+@pytest.fixture(autouse=True)
+def _no_logger_outlives_its_test():
+    """mmengine's MMLogger instances keep the ``sys.stdout``/``sys.stderr`` of the moment they
+    were made; in-process tool runs make them under a test's capture, which pytest closes when
+    the test ends. A later test's ``print_log(logger='current')`` would then write to a closed
+    stream ('--- Logging error ---' with a traceback on stderr). A tool run as a process never
+    meets this; each test starts with no logger instance, as a process does."""
+    from mmengine.logging import MMLogger
+    yield
+    MMLogger._instance_dict.clear()
+
+
 @pytest.fixture(scope='session')
 def tiny_demo_data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp('demo') / 'demo_cityscapes'
