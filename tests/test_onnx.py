@@ -84,8 +84,12 @@ def test_export_path_is_taken_only_during_export(monkeypatch, mixer_cls, module,
     torch.testing.assert_close(exported, expected, rtol=1e-5, atol=1e-6)
 
 
-def tiny_segmentor(variant: str):
+def tiny_segmentor(variant: str, num_layers=(1, 1, 1, 1)):
+    """The tiny config's segmentor with ``variant`` in every stage; one layer per stage by
+    default (export time grows with the graph; every mixer still sits in every stage grid)."""
     cfg = Config.fromfile(TINY_CONFIG)
+    if num_layers is not None:
+        cfg.model.backbone.num_layers = list(num_layers)
     mixer = dict(mixer_variants()[variant])
     if mixer['type'] == 'AFNOMixer':
         mixer['num_blocks'] = 4
@@ -141,7 +145,7 @@ def save_checkpoint(model, path):
 
 
 def test_pytorch2onnx_tool_writes_and_checks_the_file(tmp_path):
-    model = tiny_segmentor('afno')
+    model = tiny_segmentor('afno', num_layers=None)  # the checkpoint must fit TINY_CONFIG
     checkpoint = save_checkpoint(model, tmp_path / 'afno.pth')
     out = tmp_path / 'onnx' / 'afno.onnx'
     result = check(run_tool('tools/deployment/pytorch2onnx.py', TINY_CONFIG, checkpoint,
