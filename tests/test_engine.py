@@ -145,9 +145,11 @@ def test_validate_seg_map():
 
 
 # A 64 MiB tensor allocated, written and freed in rounds; the child prints the minor page faults
-# per 4 KiB page of rounds 7-9, with afno_seg's CPU memory cache or with it switched off. (With
+# per 4 KiB page of rounds 17-19, with afno_seg's CPU memory cache or with it switched off. (With
 # the cache the first rounds still fault: small allocations in between split the freed block until
-# the heap holds two such blocks, as in the first steps of a training run.)
+# the heap holds two such blocks, as in the first steps of a training run. That took up to 10
+# rounds in 15 clean processes here, and 6 warm-up rounds made the test fail about every other
+# run, so 16 warm-up rounds: each costs milliseconds.)
 _FAULTS_PROBE = r'''
 import resource, torch
 from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
@@ -158,7 +160,7 @@ def faults_of_round():
     tensor.fill_(1.0)
     del tensor
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-for _ in range(6):
+for _ in range(16):
     faults_of_round()
 print(applied, sum(faults_of_round() for _ in range(3)) / 3 / (64 * 2**20 / 4096))
 '''
