@@ -188,21 +188,30 @@ def test_b0_sized_train_and_inference(path):
     assert tuple(odd.shape) == (1, 120, 200)
 
 
+def train_step_and_predict(model, crop, slide_window, odd, image=None):
+    """One training step at ``crop`` (finite loss), then whole-image and sliding-window (stride
+    3/4 of the window) inference of ``image`` (default: the crop) and whole-image inference of an
+    ``odd`` non-square size, each giving a label map of its input's size."""
+    image = image or crop
+    assert torch.isfinite(torch.tensor(train_step(model, *crop)))
+    model.zero_grad(set_to_none=True)
+    whole = predict(model, *image, dict(mode='whole'))
+    assert tuple(whole.shape) == (1, *image) and whole.max() < 19
+    stride = slide_window * 3 // 4
+    slide = predict(model, *image, dict(mode='slide', crop_size=(slide_window, ) * 2,
+                                         stride=(stride, stride)))
+    assert tuple(slide.shape) == (1, *image)
+    assert tuple(predict(model, *odd, dict(mode='whole')).shape) == (1, *odd)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('path', CONFIGS, ids=short_name)
 def test_b3_train_step_and_inference(path):
     """The full B3 segmentor (768-wide head) of every config at small sizes, where each mixer
     meets B3's widths, heads and depths: one training step at a 64x128 crop, whole-image and
     sliding-window inference, and an odd non-square image (grids 18x26, 9x13, 5x7, 3x4)."""
-    model = build(load_cfg(path, crop=(64, 128)))
-    assert torch.isfinite(torch.tensor(train_step(model, 64, 128)))
-    model.zero_grad(set_to_none=True)
-    whole = predict(model, 64, 128, dict(mode='whole'))
-    assert tuple(whole.shape) == (1, 64, 128) and whole.max() < 19
-    slide = predict(model, 64, 128, dict(mode='slide', crop_size=(64, 64), stride=(48, 48)))
-    assert tuple(slide.shape) == (1, 64, 128)
-    odd = predict(model, 72, 104, dict(mode='whole'))
-    assert tuple(odd.shape) == (1, 72, 104)
+    train_step_and_predict(build(load_cfg(path, crop=(64, 128))), crop=(64, 128),
+                           slide_window=64, odd=(72, 104))
 
 
 @pytest.mark.slow
@@ -212,14 +221,8 @@ def test_b3_train_step_and_inference_at_the_test_sizes():
     windows (the recipe's 1024/768 scaled by 1/8), and an odd non-square image."""
     model = build(load_cfg(str(ROOT / 'configs' / 'segformer_afno_b3_cityscapes.py'),
                            crop=(256, 512)))
-    assert torch.isfinite(torch.tensor(train_step(model, 256, 512)))
-    model.zero_grad(set_to_none=True)
-    whole = predict(model, 128, 256, dict(mode='whole'))
-    assert tuple(whole.shape) == (1, 128, 256) and whole.max() < 19
-    slide = predict(model, 128, 256, dict(mode='slide', crop_size=(128, 128), stride=(96, 96)))
-    assert tuple(slide.shape) == (1, 128, 256)
-    odd = predict(model, 136, 216, dict(mode='whole'))
-    assert tuple(odd.shape) == (1, 136, 216)
+    train_step_and_predict(model, crop=(256, 512), image=(128, 256), slide_window=128,
+                           odd=(136, 216))
 
 
 def test_gpu_check_script_dry_run(tmp_path):
