@@ -68,14 +68,14 @@ def test_resume_restores_random_state_bitwise(tiny_demo_data, tmp_path):
 
 # --------------------------------------------------------------------------- kill and resume
 
-KILL_CYCLES = 6
-KILL_MAX_ITERS = 16
+KILL_CYCLES = 4
+KILL_MAX_ITERS = 12
 
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_matches_uninterrupted_run(tiny_demo_data,
                                                                          tmp_path):
-    """6 SIGKILLs (half of them while a checkpoint is half-written), a --resume after each:
+    """4 SIGKILLs (half of them while a checkpoint is half-written), a --resume after each:
     every resume starts at the last complete checkpoint, and the run ends bitwise equal to one
     that was never interrupted (weights, AdamW moments, schedulers, torch generator)."""
     config = write_seamed_config(
@@ -112,7 +112,7 @@ def test_sigkill_at_random_moments_then_resume_matches_uninterrupted_run(tiny_de
                     return len(seen) >= nth
 
                 alive = wait_for(nth_save_started, process)
-                delay = rng.uniform(0.0, 0.5)
+                delay = rng.uniform(0.0, 0.3)  # the write takes 0.8 s
             else:  # kill at a random moment after a random number of new iterations
                 target = expected_start + rng.randint(3, 6)
 
@@ -151,7 +151,7 @@ def test_sigkill_at_random_moments_then_resume_matches_uninterrupted_run(tiny_de
         resumed_from.append(expected_start)
     print(f'kill cycles: {KILL_CYCLES}, killed mid-write: {mid_write_kills}, '
           f'resumed from iterations: {resumed_from}')
-    assert mid_write_kills >= 2 and len(set(resumed_from)) >= 4
+    assert mid_write_kills >= 2 and len(set(resumed_from)) >= 3
     assert not glob.glob(str(work_dir / '.*.tmp'))  # the next run cleared the partial files
     assert_same_training_state(read_checkpoint(work_dir / f'iter_{KILL_MAX_ITERS}.pth'),
                                read_checkpoint(reference_dir / f'iter_{KILL_MAX_ITERS}.pth'))

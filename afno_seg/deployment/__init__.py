@@ -3,11 +3,12 @@ onnxruntime, in PyTorch or onnxruntime with the config's own pre- and post-proce
 from .inputs import InputFile, collect_inputs, read_image, read_video_frames
 from .model import load_segmentor, set_inference_mode
 from .onnx_export import (
-                          SegmentorLogits,
-                          export_onnx,
-                          onnx_max_abs_difference,
-                          onnx_session,
-                          static_shape_mixers,
+    SegmentorLogits,
+    export_network,
+    export_onnx,
+    onnx_max_abs_difference,
+    onnx_session,
+    static_shape_mixers,
 )
 from .predictor import Prediction, Segmenter, array_pipeline, openvino_session, use_onnxruntime
 from .segment_files import segment_files
@@ -15,8 +16,8 @@ from .startup import quiet_known_warnings
 
 __all__ = [
     'InputFile', 'Prediction', 'Segmenter', 'SegmentorLogits', 'array_pipeline',
-    'collect_inputs', 'export_onnx', 'load_segmentor', 'onnx_max_abs_difference', 'onnx_session',
-    'openvino_session',
-    'quiet_known_warnings', 'read_image', 'read_video_frames', 'segment_files',
-    'set_inference_mode', 'static_shape_mixers', 'use_onnxruntime'
+    'collect_inputs', 'export_network', 'export_onnx', 'load_segmentor',
+    'onnx_max_abs_difference', 'onnx_session', 'openvino_session', 'quiet_known_warnings',
+    'read_image', 'read_video_frames', 'segment_files', 'set_inference_mode',
+    'static_shape_mixers', 'use_onnxruntime'
 ]

@@ -104,7 +104,6 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
     Returns:
         str: ``out``.
     """
-    from ..mixers.dft_matmul import dft_mode
     form, _ = resolve_dft(dft, dynamic)
     if dynamic:
         static = static_shape_mixers(model)
@@ -113,16 +112,26 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
                             '(see onnx_dynamic_shape in its class); export at a fixed --shape')
     height, width = (int(size) for size in shape)
     model = model.cpu().eval()
-    example = torch.zeros(1, 3, height, width)
+    return export_network(SegmentorLogits(model), torch.zeros(1, 3, height, width), out,
+                          dynamic=dynamic, opset=opset, form=form)
+
+
+def export_network(network: nn.Module, example: Tensor, out: str, dynamic: bool = False,
+                   opset: int = OPSET, form: str = 'op', min_size: int = 32) -> str:
+    """Export ``network(example)`` (one input ``(N, C, H, W)``, one output) to ``out``, its
+    spectral transforms in ``form`` (``'op'`` or ``'matmul'``); with ``dynamic``, H and W of the
+    input are symbolic (from ``min_size`` to 8192). :func:`export_onnx` exports segmentors
+    through it; the tests export single mixers on a grid."""
+    from ..mixers.dft_matmul import dft_mode
     dynamic_shapes = None
     if dynamic:
-        dims = torch.export.Dim('height', min=32, max=8192), torch.export.Dim('width', min=32,
-                                                                                  max=8192)
-        dynamic_shapes = {'inputs': {2: dims[0], 3: dims[1]}}
+        dims = (torch.export.Dim('height', min=min_size, max=8192),
+                torch.export.Dim('width', min=min_size, max=8192))
+        dynamic_shapes = ({2: dims[0], 3: dims[1]}, )
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     with torch.no_grad(), dft_mode(form):
         program = torch.onnx.export(
-            SegmentorLogits(model).eval(), (example, ), dynamo=True, opset_version=opset,
+            network.eval(), (example, ), dynamo=True, opset_version=opset,
             input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_shapes=dynamic_shapes,
             external_data=False, verbose=False)
     program.save(out)
