@@ -20,13 +20,18 @@ demo: install
 lint: install
 	$(PY) -m ruff check .
 
-# The whole suite, slow end-to-end runs included (what CI runs).
+# The whole suite, slow end-to-end runs included (what CI runs), on TEST_JOBS pytest-xdist
+# workers; a test file stays on one worker (its module fixtures are built once). TEST_JOBS=0: one
+# process, no workers.
+TEST_JOBS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
 test: install
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # Without the slow end-to-end runs.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 clean-demo:
 	rm -rf $(DEMO_DIR) data/demo_cityscapes

@@ -24,6 +24,11 @@ import torch
 from afno_seg.datasets.demo_dataset import generate as generate_demo_data
 from afno_seg.engine import build_runner, load_config
 
+# Under pytest-xdist (README: `-n 2`, one worker per core) each worker computes on one thread;
+# the tools the tests start as processes get OMP_NUM_THREADS=1 anyway (run_tool, seam_env).
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CONFIG = str(ROOT / 'tests' / 'configs' / 'tiny_demo.py')
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
