@@ -6,11 +6,13 @@ import math
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import afno_seg.mixers as mixers
 from afno_seg.analysis import FLOPS_PER_MAC, build_flop_analyzer, count_mixer_flops
 from afno_seg.analysis.complexity import stage1_labels
 from afno_seg.analysis.flops import NORM_OPS, is_fft_op, shape_only_attention, tracing_for_flops
+from afno_seg.mixers import AFNOMixer, FNetMixer, FNOMixer, GlobalFilterMixer
 from afno_seg.mixers.spectral import SpectralBand
 
 from conftest import TINY_CONFIG, load_script
@@ -260,3 +262,50 @@ def test_mixer_table_tool_configs_and_sweep(tmp_path, capsys):
         assert record['counted_gflops'] == pytest.approx(record['analytic_gflops'], rel=1e-9)
     assert plot.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     assert '| full self-attention |' in (tmp_path / 'sweep.md').read_text()
+
+
+# --------------------------------------------- the spectral mixers' FFTs, counted as they run
+class ShapeCounter(TorchDispatchMode):
+    """Counts FLOPs of the FFT and matmul ops that actually run, from their tensor shapes."""
+
+    def __init__(self):
+        super().__init__()
+        self.fft = self.matmul = 0.0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__
+        if name.startswith(('_fft_r2c', '_fft_c2r', '_fft_c2c')):
+            signal, dims = args[0], args[1]
+            sizes = [signal.shape[d] for d in dims]
+            if name.startswith('_fft_c2r'):
+                sizes[-1] = args[3]  # the real output length of the last dimension
+            points = math.prod(sizes)
+            transforms = signal.numel() // math.prod(signal.shape[d] for d in dims)
+            per_point = 5.0 if name.startswith('_fft_c2c') else 2.5
+            self.fft += transforms * per_point * points * math.log2(points)
+        elif name.startswith(('mm', 'bmm', 'baddbmm', 'addmm')):
+            with_bias = name.startswith(('baddbmm', 'addmm'))
+            first, second = (args[1], args[2]) if with_bias else args[:2]
+            macs = math.prod(first.shape) * second.shape[-1]
+            self.matmul += 2 * macs * (4 if first.is_complex() else 1)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize('build, matmul_key, fft_scale', [
+    (lambda: AFNOMixer(16, num_blocks=4, hidden_size_factor=2), 'mlp', 1.0),
+    (lambda: AFNOMixer(16, num_blocks=4, hard_thresholding_fraction=0.4), 'mlp', 1.0),
+    (lambda: FNOMixer(16, modes=(3, 4)), 'spectral_weights', 1.0),
+    (lambda: GlobalFilterMixer(16, base_hw_shape=(8, 8)), None, 1.0),
+    (lambda: FNetMixer(16, dft_matmul=True), 'dft_matmul', 1.0),
+    # torch runs fftn of a real tensor as a c2c transform of its complex copy (5 N log2 N); the
+    # convention counts the real-input transform it computes at 2.5 N log2 N.
+    (lambda: FNetMixer(16, dft_matmul=False), None, 0.5),
+], ids=['afno', 'afno-truncated', 'fno', 'gfn', 'fnet-matmul', 'fnet-fft'])
+def test_analytic_flops_match_counted_ops(build, matmul_key, fft_scale):
+    mixer, batch, hw = build(), 2, (7, 9)
+    counter = ShapeCounter()
+    with counter, torch.no_grad():
+        mixer(torch.randn(batch, hw[0] * hw[1], 16, generator=torch.Generator().manual_seed(0)), hw)
+    analytic = mixer.flops(hw)
+    assert analytic.get('fft', 0.0) == pytest.approx(fft_scale * counter.fft / batch)
+    assert analytic.get(matmul_key, 0.0) == pytest.approx(counter.matmul / batch)
