@@ -150,14 +150,15 @@ def test_tokens_layout_equals_torch_fft(hw, fraction, factored):
                                    atol=1e-12)
 
 
+@pytest.mark.parametrize('layout', ['last', 'first'])
 @pytest.mark.parametrize('factored', [False, True], ids=['direct', 'factored'])
 @pytest.mark.parametrize('transform', ['fourier', 'hartley'])
-def test_fnet_real_part_equals_fftn(transform, factored):
-    grid = torch.randn(2, 20, 9, 24, dtype=torch.float64)  # H 4 x 5, C 4 x 6 when factored
+def test_fnet_real_part_equals_fftn(transform, factored, layout):
+    grid = torch.randn(2, 20, 16, 24, dtype=torch.float64)  # H 4 x 5, W 4 x 4, C 4 x 6
     spectrum = torch.fft.fftn(grid, dim=(1, 2, 3), norm='ortho')
     expected = spectrum.real - spectrum.imag if transform == 'hartley' else spectrum.real
-    torch.testing.assert_close(dft_tokens.fnet_real(grid, transform, factored), expected, rtol=0,
-                               atol=1e-12)
+    torch.testing.assert_close(dft_tokens.fnet_real(grid, transform, factored, layout), expected,
+                               rtol=0, atol=1e-12)
 
 
 def test_tokens_factoring_rule():
@@ -170,3 +171,6 @@ def test_tokens_factoring_rule():
     truncated = SpectralBand.fraction((64, 256), 0.25)
     spectrum = dft_tokens.rfft2_grid(torch.zeros(1, 64, 256, 1), truncated)
     assert spectrum.factor is None and spectrum.w_factor is None
+    # FNet: small C on a large grid keeps the tokens' layout, wide C goes channels-first
+    assert dft_tokens._fnet_plan((1, 256, 256, 64), None)[0] == 'last'
+    assert dft_tokens._fnet_plan((1, 32, 32, 512), None)[0] == 'first'
