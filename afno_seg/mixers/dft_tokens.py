@@ -15,9 +15,10 @@ factored W is a batch of tiny matmuls, one per row. This module keeps the tokens
   constant's row order or by broadcasting (a ``(2, 1, cols, W)`` constant times a grid
   ``(B, 1, H, W, C)`` gives ``(B, 2, H, cols, C)``: real and imaginary parts above H).
 
-So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex), with no transpose
-and no element-wise op, :func:`irfft2_grid` the same backwards. Cost per channel and grid point,
-direct: ``2 cols`` multiply-adds along W, ``4 rows cols / W`` along H.
+So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex; four with both
+axes factored), with no transpose and no element-wise op, :func:`irfft2_grid` the same backwards
+(plus, after a factored axis, a transpose of long contiguous runs). Cost per channel and grid
+point, direct: ``2 cols`` multiply-adds along W, ``4 rows cols / W`` along H.
 
 **Factored axes** (Cooley-Tukey as two products, :func:`.dft_matmul.split_factor` ``n = n1 n2``,
 ``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
