@@ -1,9 +1,9 @@
-"""The DFT as matmuls (afno_seg.mixers.dft_matmul) against torch.fft, in float64."""
+"""The DFT as matmuls (afno_seg.mixers.dft_matmul, dft_tokens) against torch.fft, in float64."""
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from afno_seg.mixers import dft_matmul
+from afno_seg.mixers import dft_matmul, dft_tokens
 from afno_seg.mixers.spectral import SpectralBand
 
 # (H, W): even and odd, square and not; 16/20/24/25 factor (>= 4 x 4), 9 and 15 do not.
@@ -107,3 +107,70 @@ def test_band_of_another_grid_is_refused():
         dft_matmul.rfft2(torch.zeros(1, 16, 18), band)
     with pytest.raises(ValueError, match='modes of shape'):
         dft_matmul.irfft2(torch.zeros(1, 3, 3), torch.zeros(1, 3, 3), (16, 16), band)
+
+
+def _natural(spectrum: dft_tokens.Stacked, band: SpectralBand) -> torch.Tensor:
+    """A stacked spectrum's modes as complex ``(B, C, rows, cols)`` in the band's order."""
+    data = spectrum.data
+    if spectrum.factor is not None:  # [k1, part, k2] -> part, k = k1 + n1 k2
+        data = data.permute(0, 2, 3, 1, 4, 5).flatten(2, 3)
+    if spectrum.w_factor is not None:  # columns [k1, k2] -> k, then the band's first cols
+        n1 = spectrum.w_factor[0]
+        data = data.unflatten(3, (n1, -1)).transpose(3, 4).flatten(3, 4)[..., :band.n_cols, :]
+    return torch.complex(data[:, 0], data[:, 1]).permute(0, 3, 1, 2)
+
+
+# 24 x 20 factors as 4 x 6 and 4 x 5, 15 x 9 does not (direct either way)
+@pytest.mark.parametrize('factored', [False, True], ids=['direct', 'factored'])
+@pytest.mark.parametrize('fraction', [1.0, 0.25])
+@pytest.mark.parametrize('hw', [(24, 20), (15, 9)], ids=lambda hw: f'{hw[0]}x{hw[1]}')
+def test_tokens_layout_equals_torch_fft(hw, fraction, factored):
+    """Channels-last stacked transforms: forward, inverse of arbitrary modes (the W columns past
+    the band and the imaginary parts torch drops included), AFNO's block view, GFN's filter."""
+    band = SpectralBand.fraction(hw, fraction)
+    generator = torch.Generator().manual_seed(0)
+    grid = torch.randn(2, *hw, 4, dtype=torch.float64, generator=generator)
+    spectrum = dft_tokens.rfft2_grid(grid, band, factored)
+    assert (spectrum.factor is not None) == (factored and fraction == 1.0 and hw == (24, 20))
+    expected = band.gather(torch.fft.rfft2(grid.permute(0, 3, 1, 2), norm='ortho'))
+    torch.testing.assert_close(_natural(spectrum, band), expected, rtol=0, atol=1e-12)
+
+    modes = dft_tokens.Stacked(torch.randn(spectrum.data.shape, dtype=torch.float64,
+                                           generator=generator), spectrum.factor, spectrum.w_factor)
+    expected_grid = torch.fft.irfft2(band.scatter(_natural(modes, band)), s=hw, norm='ortho')
+    torch.testing.assert_close(dft_tokens.irfft2_grid(modes, hw, band),
+                               expected_grid.permute(0, 2, 3, 1), rtol=0, atol=1e-12)
+    blocks = dft_tokens.to_blocks(modes, 2)
+    assert blocks.shape == (2, 2, modes.data[0].numel() // 8, 4)  # (B, k, modes, 2 d)
+    assert torch.equal(dft_tokens.from_blocks(blocks, modes).data, modes.data)
+    if fraction == 1.0:
+        kernel = torch.randn(4, *expected.shape[2:], dtype=torch.complex128, generator=generator)
+        filtered = dft_tokens.filter_modes(spectrum, kernel)
+        torch.testing.assert_close(_natural(filtered, band), expected * kernel, rtol=0,
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize('layout', ['last', 'first'])
+@pytest.mark.parametrize('factored', [False, True], ids=['direct', 'factored'])
+@pytest.mark.parametrize('transform', ['fourier', 'hartley'])
+def test_fnet_real_part_equals_fftn(transform, factored, layout):
+    grid = torch.randn(2, 20, 16, 24, dtype=torch.float64)  # H 4 x 5, W 4 x 4, C 4 x 6
+    spectrum = torch.fft.fftn(grid, dim=(1, 2, 3), norm='ortho')
+    expected = spectrum.real - spectrum.imag if transform == 'hartley' else spectrum.real
+    torch.testing.assert_close(dft_tokens.fnet_real(grid, transform, factored, layout), expected,
+                               rtol=0, atol=1e-12)
+
+
+def test_tokens_factoring_rule():
+    assert dft_tokens.use_factored(32, 'h') and dft_tokens.use_factored(256, 'w')
+    assert not dft_tokens.use_factored(16, 'h') and not dft_tokens.use_factored(128, 'w')
+    assert not dft_tokens.use_factored(67, 'h')  # prime
+    band = SpectralBand.fraction((64, 256), 1.0)
+    spectrum = dft_tokens.rfft2_grid(torch.zeros(1, 64, 256, 1), band)
+    assert spectrum.factor == (8, 8) and spectrum.w_factor == (16, 16)
+    truncated = SpectralBand.fraction((64, 256), 0.25)
+    spectrum = dft_tokens.rfft2_grid(torch.zeros(1, 64, 256, 1), truncated)
+    assert spectrum.factor is None and spectrum.w_factor is None
+    # FNet: small C on a large grid keeps the tokens' layout, wide C goes channels-first
+    assert dft_tokens._fnet_plan((1, 256, 256, 64), None)[0] == 'last'
+    assert dft_tokens._fnet_plan((1, 32, 32, 512), None)[0] == 'first'

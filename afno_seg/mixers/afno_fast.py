@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from . import dft_tokens
+from .dft_matmul import current_dft_mode
 from .spectral import SpectralBand, irfft2, rfft2
 from .spectral_fast import transposed_copy
 
@@ -133,27 +135,45 @@ def _stacked_bias(bias: Tensor, dtype: torch.dtype) -> Tensor:
     return bias.to(dtype).permute(1, 0, 2).reshape(bias.shape[1], -1, 1)
 
 
+def _stacked_mlp(stacked: Tensor, weights: tuple[Tensor, ...], threshold: float, shrink: str,
+                 modes_last: bool) -> Tensor:
+    """The block MLP on stacked modes ``(B, k, 2 d, M)`` (``modes_last``: ``(B, k, M, 2 d)``)."""
+    w1, b1, w2, b2 = weights
+    dtype, part = stacked.dtype, (-1 if modes_last else -2)
+
+    def layer(z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        matrix, column = _stacked_block_matrix(weight, dtype), _stacked_bias(bias, dtype)
+        return z @ matrix.mT + column.mT if modes_last else matrix @ z + column
+
+    out = layer(F.relu(layer(stacked, w1, b1)), w2, b2)
+    if shrink == 'split':  # softshrink as x - clamp(x): the same values, two ONNX nodes
+        return out - out.clamp(-threshold, threshold)
+    # max(|a| - lambda, 0) a / |a|, the clamp guarding 0/0 only
+    real, imag = out.chunk(2, dim=part)
+    magnitude = torch.sqrt(real * real + imag * imag)
+    gain = F.relu(magnitude - threshold) / magnitude.clamp_min(1e-30)
+    return out * torch.cat([gain, gain], dim=part)
+
+
 def afno_real_arithmetic(x: Tensor, hw_shape: tuple[int, int], band: SpectralBand,
                          weights: tuple[Tensor, ...], threshold: float,
                          shrink: str = 'split') -> Tensor:
     """AFNO (released-layout ``weights``, either shrink) without complex matmuls; tokens in and
-    out ``(B, H*W, C)``."""
-    w1, b1, w2, b2 = weights
+    out ``(B, H*W, C)``. Within ``dft_mode('matmul')`` the transforms are
+    :mod:`.dft_tokens`' (channels-last, no complex tensor at all)."""
     batch, _, channels = x.shape
-    blocks, dtype = w1.shape[1], x.dtype
+    blocks = weights[0].shape[1]
+    if current_dft_mode() == 'matmul':
+        spectrum = dft_tokens.rfft2_grid(x.reshape(batch, *hw_shape, channels), band)
+        out = _stacked_mlp(dft_tokens.to_blocks(spectrum, blocks), weights, threshold, shrink,
+                           modes_last=True)
+        spectrum = dft_tokens.from_blocks(out, spectrum)
+        return dft_tokens.irfft2_grid(spectrum, hw_shape, band).reshape(x.shape) + x
     parts = torch.view_as_real(rfft2(x, hw_shape, band, fast=False))  # (B, C, rows, cols, 2)
     rows, cols = parts.shape[2:4]
     stacked = torch.cat([parts[..., 0].reshape(batch, blocks, -1, rows * cols),
                          parts[..., 1].reshape(batch, blocks, -1, rows * cols)], dim=2)
-    hidden = F.relu(_stacked_block_matrix(w1, dtype) @ stacked + _stacked_bias(b1, dtype))
-    out = _stacked_block_matrix(w2, dtype) @ hidden + _stacked_bias(b2, dtype)
-    if shrink == 'split':
-        out = F.softshrink(out, threshold)
-    else:  # max(|a| - lambda, 0) a / |a|, the clamp guarding 0/0 only
-        real, imag = out.chunk(2, dim=-2)
-        magnitude = torch.sqrt(real * real + imag * imag)
-        gain = F.relu(magnitude - threshold) / magnitude.clamp_min(1e-30)
-        out = out * torch.cat([gain, gain], dim=-2)
+    out = _stacked_mlp(stacked, weights, threshold, shrink, modes_last=False)
     out_real, out_imag = out.chunk(2, dim=2)
     modes = torch.complex(out_real.reshape(batch, channels, rows, cols),
                           out_imag.reshape(batch, channels, rows, cols))

@@ -39,6 +39,11 @@ reorder (a transpose copy): ``n1 + n2`` complex multiply-adds a point instead of
 the factored one; W stays direct (``BENCHMARKS.md`` has the measurement).
 
 Gradients: plain autograd through the matmuls (the matrices are constants).
+
+These channels-first forms serve :mod:`.spectral`'s ``rfft2``/``irfft2``/``fft3`` in
+``dft_mode('matmul')`` (FNO's export). AFNO, GFN and FNet export through :mod:`.dft_tokens`
+instead: the same transforms on the tokens' channels-last layout, with complex values stacked
+into single real products and both axes factored where that is faster (``BENCHMARKS.md``).
 """
 import math
 from contextlib import contextmanager
@@ -115,7 +120,8 @@ def use_factored(n: int, kept: int, axis: str = 'h') -> bool:
 
     Only H (``axis='h'``): along W the first small DFT contracts an axis inside the last one, a
     batch of tiny matmuls (one per row of every channel), which measured slower than the direct
-    form at every B3 stage point (``BENCHMARKS.md``); ``factored=True`` still forces it.
+    form at every B3 stage point (``BENCHMARKS.md``); ``factored=True`` still forces it. (The
+    channels-last layout of :mod:`.dft_tokens` has no such batch; it has its own rule.)
     """
     return axis == 'h' and direct_cost(n, kept) >= FACTORED_GAIN * factored_cost(n, kept)
 

@@ -8,6 +8,8 @@ from torch import Tensor
 
 from ..registry import register_model
 from .base import TokenMixer, Variant
+from .dft_matmul import current_dft_mode
+from .dft_tokens import fnet_tokens
 from .spectral import fft3, fft_flops, run_in_fp32
 from .spectral_fast import fnet_by_matmul
 
@@ -67,6 +69,8 @@ class FNetMixer(TokenMixer):
         return run_in_fp32(self._formula, x, tuple(hw_shape))
 
     def _formula(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        if current_dft_mode() == 'matmul':  # the export's form: the real part only
+            return fnet_tokens(x, hw_shape, self.transform)
         spectrum = fft3(x, hw_shape)
         return spectrum.real - spectrum.imag if self.transform == 'hartley' else spectrum.real
 

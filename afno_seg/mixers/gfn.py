@@ -9,6 +9,8 @@ from torch import Tensor, nn
 
 from ..registry import register_model
 from .base import TokenMixer, Variant
+from .dft_matmul import current_dft_mode
+from .dft_tokens import filter_tokens
 from .spectral import irfft2, rfft2, rfft2_flops, run_in_fp32, signed_frequencies
 from .spectral_fast import spectral_filter
 
@@ -111,6 +113,8 @@ class GlobalFilterMixer(TokenMixer):
         kernel = self.filter_at(hw_shape, x.dtype).permute(2, 0, 1)  # (C, H, W//2+1)
         if self.fused and not torch.onnx.is_in_onnx_export():
             return spectral_filter(x, kernel, hw_shape)
+        if current_dft_mode() == 'matmul':  # the export's form: channels-last, no complex tensor
+            return filter_tokens(x, kernel, hw_shape)
         return irfft2(rfft2(x, hw_shape, fast=False) * kernel, hw_shape, fast=False)
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
     python tools/deployment/benchmark_onnx.py [--variants afno gfn ...] [--b3 afno esa]
         [--b3-scale 512 256] [--mixers-alone H W C]... [--stage-points] [--no-demo]
-        [--runtimes ort-op ort-matmul openvino] [--repeats 5] [--threads 1]
+        [--runtimes ort-op ort-matmul openvino] [--repeats 5] [--threads 1] [--pin-malloc]
         [--out work_dirs/benchmark_onnx]
 
 Models: the demo config with each mixer variant (random initialisation; the demo's test resize,
@@ -13,9 +13,16 @@ stage points, C @ H x W = 64 @ 256x256, 128 @ 128x128, 320 @ 64x64, 512 @ 32x32)
 variant's mixer by itself. Every model is exported with the spectral transforms as ONNX ``DFT``
 ops and as matmuls; OpenVINO runs the matmul graph. Writes ``OUT/benchmark_onnx.csv`` and
 ``OUT/benchmark_onnx.md`` (the table and this run's command line).
+
+``--pin-malloc`` (glibc): large blocks from the heap and no trimming (``mallopt``), so that
+PyTorch eager's tensors of more than glibc's 32 MB mmap threshold are not page-faulted in anew
+on every call; without it PyTorch's own time at a stage point varied 2x with the allocator's
+history (AFNO at 128 @ 128x128: 51 ms in a fresh process, 24 ms after an export, 52 ms after
+another), and the runtimes' ratios with it. onnxruntime and OpenVINO keep their own arenas.
 """
 import argparse
 import csv
+import ctypes
 import os.path as osp
 import sys
 
@@ -62,6 +69,9 @@ def parse_args(argv=None):
     parser.add_argument('--frame', default=FRAME, help='the image')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--pin-malloc', action='store_true',
+                        help='glibc: large allocations from the heap, no trimming (steady '
+                        'PyTorch eager times; see the module docstring)')
     parser.add_argument('--out', default='work_dirs/benchmark_onnx')
     return parser.parse_args(argv)
 
@@ -109,9 +119,19 @@ def mixers_alone(args) -> list:
     return results
 
 
+def pin_malloc() -> None:
+    """glibc's ``mallopt``: mmap threshold and trim threshold 1 GiB (``M_MMAP_THRESHOLD`` -3,
+    ``M_TRIM_THRESHOLD`` -1), so freed large blocks are reused without new page faults."""
+    libc = ctypes.CDLL('libc.so.6')
+    if not (libc.mallopt(-3, 1 << 30) and libc.mallopt(-1, 1 << 30)):
+        raise OSError('mallopt failed')
+
+
 def main(argv=None) -> int:
     quiet_known_warnings()
     args = parse_args(argv)
+    if args.pin_malloc:
+        pin_malloc()
     from mmseg.registry import MODELS
     init_default_scope('mmseg')
     image = cv2.resize(cv2.imread(args.frame), (2048, 1024), interpolation=cv2.INTER_LINEAR)

@@ -1,0 +1,473 @@
+"""The spectral mixers' transforms of channels-last tokens as real matmuls (ONNX export form).
+
+:mod:`.dft_matmul` transforms channels-first grids ``(..., H, W)``: the tokens are transposed
+in and out, complex values are interleaved ``(re, im)`` pairs (ONNX's complex layout), and a
+factored W is a batch of tiny matmuls, one per row. This module keeps the tokens' layout
+``(B, H, W, C)`` and writes every transform as a few large GEMMs:
+
+* complex values are **stacked**: one real tensor with an axis of 2 (real, imaginary) placed
+  right above the axis the next product contracts, so a complex product is ONE real matmul with
+  the block matrix ``[[Mr, -Mi], [Mi, Mr]]`` over ``(part, index)``; a real input needs only
+  ``[C; -S]`` (half the work), a real output only ``[C, S]``;
+* a product contracts the outermost axis (H of ``(B, H, W*C)``: one GEMM per image) or a
+  middle one (W of ``(B, H, W, C)``: ``B H`` GEMMs of ``(cols x W) @ (W x C)``), never the
+  channel axis; the output's part axis goes wherever the next product wants it by choosing the
+  constant's row order or by broadcasting (a ``(2, 1, cols, W)`` constant times a grid
+  ``(B, 1, H, W, C)`` gives ``(B, 2, H, cols, C)``: real and imaginary parts above H).
+
+So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex; four with both
+axes factored), with no transpose and no element-wise op, :func:`irfft2_grid` the same backwards
+(plus, after a factored axis, a transpose of long contiguous runs). Cost per channel and grid
+point, direct: ``2 cols`` multiply-adds along W, ``4 rows cols / W`` along H.
+
+**Factored axes** (Cooley-Tukey as two products, :func:`.dft_matmul.split_factor` ``n = n1 n2``,
+``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
+
+    A[k1, m2] = sum_m1 x[n2 m1 + m2] exp(-2 pi i m1 k1 / n1)                 one product
+    X[k1, k2] = sum_m2 A[k1, m2] exp(-2 pi i m2 (k1 + n1 k2) / n)            one per k1
+
+the twiddle folded into the second product (one constant per ``k1``, a broadcast matmul):
+``4 (n1 + n2)`` multiply-adds a point instead of ``4 n`` (H, complex), ``2 n1 + 4 k2w`` instead
+of ``2 cols`` along W (real input, ``k2 < k2w = ceil(cols / n1)`` kept). The output comes in the
+order ``(k1, k2)``; :class:`Stacked` records it, the inverse reads it and returns the natural
+order, and the per-mode work in between (AFNO's block MLP, GFN's filter) takes the modes in any
+order (GFN's filter is reordered to match, the W columns past ``cols`` get weight 0 in the
+inverse). Full bands only (:func:`use_factored`, sizes from ``FACTORED_FROM``); a truncated
+band is direct and costs what it keeps.
+
+FNet (:func:`fnet_real`): ``Re(F_H F_W F_C X)`` with the channels first in between, so that C
+and H are outer axes and may be factored; the last product (W) computes the real part only.
+
+Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (tested in float64,
+``tests/test_dft_matmul.py``); the constants are built in float64 and cast. Timings and the
+factoring rule's measurements: ``BENCHMARKS.md`` ("DFT as matmuls").
+"""
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .dft_matmul import split_factor
+
+__all__ = ['FACTORED_FROM', 'Stacked', 'filter_modes', 'filter_tokens', 'fnet_real',
+           'fnet_tokens', 'from_blocks', 'irfft2_grid', 'rfft2_grid', 'to_blocks', 'use_factored']
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """A stacked spectrum of a channels-last grid.
+
+    ``data`` is ``(B, 2, R, cols, C)`` (``factor`` None: rows in the band's gather order) or
+    ``(B, n1, 2, n2, cols, C)`` (``factor = (n1, n2)``, full band: row ``k = k1 + n1 k2`` at
+    ``[k1, :, k2]``); the axis of 2 holds the real and imaginary parts. With ``w_factor =
+    (n1, n2)`` the columns are ``k1 + n1 k2`` at ``k1 k2w + k2`` (``k2w = ceil(cols / n1)``,
+    so some lie past the band's last column; the inverse ignores them).
+    """
+    data: Tensor
+    factor: tuple[int, int] | None
+    w_factor: tuple[int, int] | None = None
+
+    @property
+    def part_axis(self) -> int:
+        return 1 if self.factor is None else 2
+
+
+# A full-band axis is factored from this size up (and when it splits into factors >= 4,
+# :func:`.dft_matmul.split_factor`), by measurement (BENCHMARKS.md, "DFT as matmuls"): H at 32
+# and 64 ran faster factored, W at 128 slower (its second product is a batch of B H n1 small
+# GEMMs against one large direct one), at 256 faster. FNet's C and its complex middle axis (H
+# channels-first, W channels-last) at 64 faster, at 32 slower.
+FACTORED_FROM = {'h': 32, 'w': 256, 'c': 64, 'fnet_h': 64, 'fnet_w': 64}
+
+
+def use_factored(n: int, axis: str) -> bool:
+    """Whether a full-band axis of ``n`` points (``'h'``, ``'w'``, or FNet's ``'c'``,
+    ``'fnet_h'``, ``'fnet_w'``) takes the factored form."""
+    return split_factor(n) is not None and n >= FACTORED_FROM[axis]
+
+
+def _phase(out_index: Tensor, in_index: Tensor, n: int, sign: float) -> tuple[Tensor, Tensor]:
+    """``exp(sign 2 pi i outer(out, in) / n)`` as (cos, sin) in float64 (exact mod n first)."""
+    angle = sign * 2 * math.pi * torch.outer(out_index, in_index).remainder(n).double() / n
+    return torch.cos(angle), torch.sin(angle)
+
+
+def _block(real: Tensor, imag: Tensor) -> Tensor:
+    """Complex ``(..., p, q)`` -> real ``(..., 2, p, 2, q)``: ``[[re, -im], [im, re]]``."""
+    top = torch.stack([real, -imag], dim=-2)
+    bottom = torch.stack([imag, real], dim=-2)
+    return torch.stack([top, bottom], dim=-4)
+
+
+@lru_cache(maxsize=256)
+def _matrix(kind: str, n: int, a: int, b: int, dtype: torch.dtype,
+            device: torch.device) -> Tensor:
+    """One constant (float64, cast, cached), built with torch's dispatch modes off (an export's
+    fake tensors never enter the cache; the export stores real constants)."""
+    with _disable_current_modes():
+        return _build(kind, n, a, b).to(device=device, dtype=dtype).contiguous()
+
+
+def _twiddled(n: int, n1: int, k2_count: int, n2: int, sign: float) -> tuple[Tensor, Tensor]:
+    """``exp(sign 2 pi i m2 (k1 + n1 k2) / n)`` as (cos, sin) of shape ``(n1, k2_count, n2)``:
+    the second small DFT of a factored axis with its twiddle, one matrix per ``k1``."""
+    k1 = torch.arange(n1)[:, None, None]
+    k2 = torch.arange(k2_count)[None, :, None]
+    m2 = torch.arange(n2)[None, None, :]
+    angle = sign * 2 * math.pi * (m2 * (k1 + n1 * k2)).remainder(n).double() / n
+    return torch.cos(angle), torch.sin(angle)
+
+
+def _hermitian_weight(freqs: Tensor, n: int, cols: int) -> Tensor:
+    """``c_k`` of an inverse real transform: 2, 1 at frequency 0 and at n/2, 0 from ``cols`` on."""
+    weight = torch.where(freqs < cols, 2.0, 0.0).double()
+    weight[freqs == 0] = 1.0
+    if n % 2 == 0:
+        weight[freqs == n // 2] = 1.0
+    return weight
+
+
+def _build(kind: str, n: int, a: int, b: int) -> Tensor:
+    """The constants, scaled by ``1 / sqrt(n)`` once per axis of ``n`` points. Rows are outputs,
+    columns inputs; ``(part, i)`` is a stacked index (real, imaginary)::
+
+        'w'       (2, 1, cols, W)  W real -> complex, direct (a = cols)
+        'w_inv'   (W, 2 cols)      W complex -> real, direct, Hermitian weights (a = cols)
+        'h'       (2R, 2H)         H direct, rows (part, r) (a, b = n_low, n_high)
+        'h_inv'   (2H, 2R)         its inverse, rows (h, part)
+        'real_rows'     (2a, a)    a-point DFT of a real input, rows (k, part)
+        'complex_rows'  (2n, 2n)   n-point DFT, rows (k, part)
+        'real_part_fourier' ('_hartley')  (2n, n)  Re (Re - Im) of an n-point DFT
+      factored, (a, b) = (n1, n2):
+        'f1'  (2 n1, 2 n1)         first DFT, rows (k1, part); 'g1' the inverse's last, (m1, part)
+        'f2'  (n1, 2 n2, 2 n2)     second DFT with the twiddle, per k1, rows (part, k2);
+                                   'f2_rows' rows (k2, part)
+        'g2'  (2, n1, n2, 2 n2)    the inverse's first, per k1: [part, k1, m2, (part, k2)]
+        'wf2' (2, 1, n1, k2w, 2 n2)  W real -> complex, second DFT, k2 < k2w = ceil(cols / n1)
+        'wg2' (2, n1, n2, 2 k2w)   W inverse, first, the Hermitian weights folded in
+        'wg1' (n1, 2 n1)           W inverse, last, real part only
+    """
+    scale = 1 / math.sqrt(n)
+    if kind == 'w':
+        cos, sin = _phase(torch.arange(a), torch.arange(n), n, -1.0)
+        return torch.stack([cos, sin])[:, None] * scale
+    if kind == 'w_inv':
+        cos, sin = _phase(torch.arange(n), torch.arange(a), n, 1.0)
+        weight = _hermitian_weight(torch.arange(a), n, a)
+        return torch.cat([cos * weight, -sin * weight], dim=1) * scale
+    if kind in ('h', 'h_inv'):
+        freqs = torch.cat([torch.arange(a), torch.arange(n - b, n)])
+        if kind == 'h':
+            cos, sin = _phase(freqs, torch.arange(n), n, -1.0)
+        else:
+            cos, sin = _phase(torch.arange(n), freqs, n, 1.0)
+        block = _block(cos * scale, sin * scale)  # (2, out, 2, in)
+        rows, cols = 2 * block.shape[1], 2 * block.shape[3]
+        if kind == 'h_inv':  # rows (h, part): the W product then takes (part, column) together
+            block = block.transpose(0, 1)
+        return block.reshape(rows, cols)
+    if kind == 'real_rows':
+        cos, sin = _phase(torch.arange(a), torch.arange(a), a, -1.0)
+        return torch.stack([cos, sin], dim=1).reshape(2 * a, a) * scale
+    if kind == 'complex_rows':
+        cos, sin = _phase(torch.arange(n), torch.arange(n), n, -1.0)
+        return _block(cos, sin).transpose(0, 1).reshape(2 * n, 2 * n) * scale
+    if kind.startswith('real_part'):  # Re(z e^{-i t}) = zr cos t + zi sin t; Hartley: Re - Im
+        cos, sin = _phase(torch.arange(n), torch.arange(n), n, 1.0)
+        if kind.endswith('hartley'):
+            cos, sin = cos + sin, sin - cos
+        return torch.cat([cos, sin]) * scale
+    n1, n2 = a, b
+    if kind in ('f1', 'g1'):
+        cos, sin = _phase(torch.arange(n1), torch.arange(n1), n1, -1.0 if kind == 'f1' else 1.0)
+        return _block(cos * scale, sin * scale).transpose(0, 1).reshape(2 * n1, 2 * n1)
+    if kind in ('f2', 'f2_rows'):
+        block = _block(*_twiddled(n, n1, n2, n2, -1.0))  # (k1, 2, k2, 2, m2)
+        if kind == 'f2_rows':
+            block = block.transpose(1, 2)
+        return block.reshape(n1, 2 * n2, 2 * n2)
+    if kind == 'g2':
+        cos, sin = _twiddled(n, n1, n2, n2, 1.0)  # (k1, k2, m2)
+        block = _block(cos.mT, sin.mT)  # (k1, 2, m2, 2, k2)
+        return block.transpose(0, 1).reshape(2, n1, n2, 2 * n2)
+    cols = n // 2 + 1  # factored W: full band
+    k2w = -(-cols // n1)
+    if kind == 'wf2':
+        block = _block(*_twiddled(n, n1, k2w, n2, -1.0))  # (k1, 2, k2, 2, m2)
+        return block.transpose(0, 1).reshape(2, 1, n1, k2w, 2 * n2)
+    if kind == 'wg2':
+        cos, sin = _twiddled(n, n1, k2w, n2, 1.0)  # (k1, k2, m2)
+        weight = _hermitian_weight(torch.arange(n1)[:, None] + n1 * torch.arange(k2w), n, cols)
+        block = _block((cos * weight[..., None]).mT, (sin * weight[..., None]).mT)
+        return block.transpose(0, 1).reshape(2, n1, n2, 2 * k2w)
+    if kind == 'wg1':
+        cos, sin = _phase(torch.arange(n1), torch.arange(n1), n1, 1.0)
+        return torch.cat([cos, -sin], dim=1) * scale
+    raise ValueError(f'unknown matrix kind {kind!r}')
+
+
+def _get(kind: str, n: int, a: int, b: int, like: Tensor) -> Tensor:
+    return _matrix(kind, n, a, b, like.dtype, like.device)
+
+
+def _factor(band, factored: bool | None) -> tuple[int, int] | None:
+    """``(n1, n2)`` when H takes the factored form (full band rows only), else None."""
+    height = band.height
+    if band.n_rows != height or split_factor(height) is None:
+        return None
+    if factored is None:
+        factored = use_factored(height, 'h')
+    return split_factor(height) if factored else None
+
+
+def _w_factor(band, factored: bool | None) -> tuple[int, int] | None:
+    """``(n1, n2)`` when W takes the factored form (full band columns only), else None."""
+    width = band.width
+    if band.n_cols != width // 2 + 1 or split_factor(width) is None:
+        return None
+    if factored is None:
+        factored = use_factored(width, 'w')
+    return split_factor(width) if factored else None
+
+
+def rfft2_grid(grid: Tensor, band, factored: bool | None = None) -> Stacked:
+    """``band.gather(rfft2(grid))`` of a channels-last real ``grid (B, H, W, C)``, stacked.
+
+    Args:
+        grid (Tensor): ``(B, H, W, C)``.
+        band (SpectralBand): The kept modes of the ``H x W`` grid.
+        factored (bool, optional): Force the factored form on both axes (a full-band axis that
+            splits) or the direct one; None: per axis by :func:`use_factored`. Default: None.
+
+    Returns:
+        Stacked: The modes, in the layout it records.
+    """
+    batch, height, width, channels = grid.shape
+    w_factor = _w_factor(band, factored)
+    spectrum = _rdft_w(grid, band.n_cols, w_factor)  # (B, 2, H, cols, C)
+    cols = spectrum.shape[-2]
+    flat = spectrum.reshape(batch, 2 * height, cols * channels)  # (part, h) stacked
+    factor = _factor(band, factored)
+    if factor is None:
+        out = _get('h', height, band.n_low, band.n_high, grid) @ flat
+        return Stacked(out.reshape(batch, 2, band.n_rows, cols, channels), None, w_factor)
+    n1, n2 = factor
+    first = _get('f1', height, n1, n2, grid) @ flat.reshape(batch, 2 * n1, n2 * cols * channels)
+    first = first.reshape(batch, n1, 2 * n2, cols * channels)  # [k1, (part, m2)]
+    out = _get('f2', height, n1, n2, grid) @ first  # [k1, (part, k2)]
+    return Stacked(out.reshape(batch, n1, 2, n2, cols, channels), factor, w_factor)
+
+
+def _rdft_w(grid: Tensor, cols: int, factor: tuple[int, int] | None) -> Tensor:
+    """Along W, real -> complex: ``(B, H, W, C) -> (B, 2, H, cols, C)``; factored, the columns
+    are ``k = k1 + n1 k2`` at ``k1 * ceil(cols / n1) + k2`` (some past ``cols``)."""
+    batch, height, width, channels = grid.shape
+    if factor is None:  # (2, 1, cols, W) @ (B, 1, H, W, C)
+        return _get('w', width, cols, 0, grid) @ grid.unsqueeze(1)
+    n1, n2 = factor
+    first = _get('real_rows', width, n1, 0, grid) @ grid.reshape(batch, height, n1, n2 * channels)
+    # (2, 1, n1, k2w, 2 n2) @ (B, 1, H, n1, (part, m2), C) -> (B, 2, H, n1, k2w, C)
+    out = _get('wf2', width, n1, n2, grid) @ first.reshape(batch, 1, height, n1, 2 * n2, channels)
+    return out.reshape(batch, 2, height, -1, channels)
+
+
+def _irdft_w(out: Tensor, width: int, factor: tuple[int, int] | None) -> Tensor:
+    """Along W, complex -> real: ``(B, H, 2, cols, C) -> (B, H, W, C)``."""
+    batch, height, _, cols, channels = out.shape
+    if factor is None:  # (W, 2 cols) @ (B, H, 2 cols, C)
+        return _get('w_inv', width, cols, 0, out) @ out.reshape(batch, height, 2 * cols, channels)
+    n1, n2 = factor
+    # (B, H, part, k1, k2 C) -> (B, H, k1, part, k2 C); then per k1 (part, k2) -> (part, m2)
+    z = out.reshape(batch, height, 2, n1, -1).transpose(2, 3)
+    first = _get('wg2', width, n1, n2, out) @ z.reshape(batch, height, 1, n1, 2 * (cols // n1),
+                                                        channels)
+    # the real part of the last n1-point product: (n1, (part, k1)) @ (B, H, (part, k1), m2 C)
+    last = _get('wg1', width, n1, n2, out) @ first.reshape(batch, height, 2 * n1, n2 * channels)
+    return last.reshape(batch, height, width, channels)
+
+
+def irfft2_grid(spectrum: Stacked, hw_shape: tuple[int, int], band) -> Tensor:
+    """``irfft2(band.scatter(modes), s=hw_shape)`` of a :class:`Stacked` spectrum (as
+    :func:`rfft2_grid` makes it) -> channels-last real ``(B, H, W, C)``."""
+    height, width = hw_shape
+    data = spectrum.data
+    batch, channels, cols = data.shape[0], data.shape[-1], data.shape[-2]
+    if spectrum.factor is None:  # rows (h, part): the W product's (part, column) are adjacent
+        flat = data.reshape(batch, 2 * band.n_rows, cols * channels)
+        out = _get('h_inv', height, band.n_low, band.n_high, data) @ flat  # (B, H 2, cols C)
+    else:
+        n1, n2 = spectrum.factor
+        first = _get('g2', height, n1, n2, data) @ data.reshape(batch, 1, n1, 2 * n2,
+                                                               cols * channels)
+        out = _get('g1', height, n1, n2, data) @ first.reshape(batch, 2 * n1, n2 * cols * channels)
+        # (B, m1, part, m2, cols C) -> (B, m1, m2, part, cols C): runs of cols C values
+        out = out.reshape(batch, n1, 2, n2, cols * channels).transpose(2, 3)
+    return _irdft_w(out.reshape(batch, height, 2, cols, channels), width, spectrum.w_factor)
+
+
+def to_blocks(spectrum: Stacked, num_blocks: int) -> Tensor:
+    """The modes as ``(B, k, M, 2 d)`` (channels ``C = k d`` in blocks; per mode the block's d
+    real parts, then its d imaginary parts; M modes in the spectrum's order), for AFNO's block
+    MLP.
+
+    Two transposes, each moving one axis (the block axis out, then the part axis in): in
+    onnxruntime that ran about twice as fast as the one transpose that moves both (at d = 8,
+    runs of 32 bytes).
+    """
+    data = spectrum.data
+    batch, channels = data.shape[0], data.shape[-1]
+    width = channels // num_blocks
+    grid = data.reshape(*data.shape[:-1], num_blocks, width).movedim(-2, 1)  # (B, k, ..., d)
+    before = math.prod(data.shape[1:spectrum.part_axis])
+    grid = grid.reshape(batch, num_blocks, before, 2, -1, width).transpose(3, 4)
+    return grid.reshape(batch, num_blocks, -1, 2 * width)
+
+
+def from_blocks(blocks: Tensor, like: Stacked) -> Stacked:
+    """Inverse of :func:`to_blocks` into ``like``'s layout."""
+    data = like.data
+    batch, num_blocks = blocks.shape[:2]
+    rest = [size for axis, size in enumerate(data.shape[1:-1], 1) if axis != like.part_axis]
+    grid = blocks.reshape(batch, num_blocks, *rest, 2, blocks.shape[-1] // 2)
+    # grid axes: 0 B, 1 k, 2.. the mode axes, then part, d; back to (B, ..., part, ..., k, d)
+    order = [0] + [2 + i for i in range(len(rest))]
+    order.insert(like.part_axis, 2 + len(rest))
+    order += [1, 3 + len(rest)]
+    return Stacked(grid.permute(order).reshape(data.shape), like.factor, like.w_factor)
+
+
+def filter_modes(spectrum: Stacked, kernel: Tensor) -> Stacked:
+    """The complex product with ``kernel (C, H, W // 2 + 1)`` (GFN's filter, natural order),
+    element-wise in the spectrum's layout."""
+    kernel = torch.stack([kernel.real, kernel.imag]).permute(0, 2, 3, 1)  # (part, H, cols, C)
+    if spectrum.w_factor is not None:  # columns k = k1 + n1 k2 at [k1, k2], zeros past cols
+        n1 = spectrum.w_factor[0]
+        stored = spectrum.data.shape[-2]
+        kernel = torch.nn.functional.pad(kernel, (0, 0, 0, stored - kernel.shape[2]))
+        kernel = kernel.unflatten(2, (stored // n1, n1)).transpose(2, 3).flatten(2, 3)
+    if spectrum.factor is not None:  # rows k = k1 + n1 k2 at [k1, part, k2]
+        n1, n2 = spectrum.factor
+        kernel = kernel.unflatten(1, (n2, n1)).permute(2, 0, 1, 3, 4)
+    real, imag = kernel.unbind(spectrum.part_axis - 1)
+    axis = spectrum.part_axis - 1
+    times_real = torch.stack([real, imag], dim=axis)  # what z_r is multiplied by, per part
+    times_imag = torch.stack([-imag, real], dim=axis)
+    z_real, z_imag = spectrum.data.chunk(2, dim=spectrum.part_axis)
+    return Stacked(z_real * times_real + z_imag * times_imag, spectrum.factor, spectrum.w_factor)
+
+
+def _real_axis(x: Tensor, factor: tuple[int, int] | None) -> Tensor:
+    """The DFT of a real ``(P, n, N)`` along n -> ``(P, n, 2, N)``, rows ``(k1, k2)`` when
+    factored: ``2n`` multiply-adds a point, factored ``2 n1 + 4 n2``."""
+    batch, n, cols = x.shape
+    if factor is None:
+        return (_get('real_rows', n, n, 0, x) @ x).reshape(batch, n, 2, cols)
+    n1, n2 = factor
+    first = _get('real_rows', n, n1, 0, x) @ x.reshape(batch, n1, n2 * cols)
+    out = _get('f2_rows', n, n1, n2, x) @ first.reshape(batch, n1, 2 * n2, cols)
+    return out.reshape(batch, n, 2, cols)
+
+
+def _complex_axis(y: Tensor, factor: tuple[int, int] | None) -> Tensor:
+    """The DFT of a stacked ``(P, 2, n, N)`` along n -> ``(P, n, 2, N)``: ``4n`` multiply-adds a
+    point, factored ``4 (n1 + n2)``."""
+    batch, _, n, cols = y.shape
+    if factor is None:
+        return (_get('complex_rows', n, 0, 0, y) @ y.reshape(batch, 2 * n, cols)).reshape(
+            batch, n, 2, cols)
+    n1, n2 = factor
+    first = _get('f1', n, n1, n2, y) @ y.reshape(batch, 2 * n1, n2 * cols)
+    out = _get('f2_rows', n, n1, n2, y) @ first.reshape(batch, n1, 2 * n2, cols)
+    return out.reshape(batch, n, 2, cols)
+
+
+def _fnet_plan(shape: tuple[int, ...], factored: bool | None, layout: str | None = None):
+    """``(layout, axes, factor of the real axis, factor of the complex one)``; ``layout`` None:
+    the one with fewer multiply-adds a point, ``'last'`` (axes H real, W complex, C last) or
+    ``'first'`` (C real, H complex, W last)."""
+    _, height, width, channels = shape
+
+    def factor(n: int, axis: str, real: bool) -> tuple[int, int] | None:
+        split = split_factor(n)
+        if split is None or not (use_factored(n, axis) if factored is None else factored):
+            return None
+        return split[::-1] if real else split  # real first: 2 n1 + 4 n2, the larger first
+
+    def cost(n: int, split, real: bool) -> int:
+        if split is None:
+            return (2 if real else 4) * n
+        return 2 * split[0] + 4 * split[1] if real else 4 * sum(split)
+
+    plans = {'last': ((height, width, channels), factor(height, 'h', True),
+                      factor(width, 'fnet_w', False)),
+             'first': ((channels, height, width), factor(channels, 'c', True),
+                       factor(height, 'fnet_h', False))}
+    if layout is None:
+        layout = min(plans, key=lambda key: cost(plans[key][0][0], plans[key][1], True) +
+                     cost(plans[key][0][1], plans[key][2], False) + 2 * plans[key][0][2])
+    return layout, *plans[layout]
+
+
+def fnet_real(grid: Tensor, transform: str = 'fourier', factored: bool | None = None,
+              layout: str | None = None) -> Tensor:
+    """FNet's ``Re(F_H F_W F_C X)`` (or ``Re - Im``, ``transform='hartley'``) of a channels-last
+    real grid ``(B, H, W, C)``, orthonormal.
+
+    Three products over outer axes, the first of real input, the last computing the real part
+    only (``2n`` multiply-adds a point), the factored axes' outputs in the order ``(k1, k2)``
+    until a transpose restores the natural one at the end. Two layouts, the cheaper taken
+    (:func:`_fnet_plan`): ``'last'`` keeps the tokens' layout (H real, W complex, C last), so the
+    channel axis is never factored (small C, large grids); ``'first'`` transposes to channels
+    first and back (2-D transposes, onnxruntime's fast ones) so that C is the real, factored
+    axis, then H, then W last (wide C).
+
+    Args:
+        grid (Tensor): ``(B, H, W, C)``.
+        transform (str): ``'fourier'`` or ``'hartley'``. Default: 'fourier'.
+        factored (bool, optional): Force (True) or forbid (False) factoring; None:
+            :func:`use_factored`. Default: None.
+        layout (str, optional): ``'last'`` or ``'first'``; None: the cheaper. Default: None.
+    """
+    batch, height, width, channels = grid.shape
+    plan, axes, real_factor, inner_factor = _fnet_plan(grid.shape, factored, layout)
+    if plan == 'last':  # (B, H, W C) -> (B H, 2, W, C) -> (B, H, W, 2 C)
+        y = _real_axis(grid.reshape(batch, height, width * channels), real_factor)
+        z = _complex_axis(y.reshape(batch * height, 2, width, channels), inner_factor)
+    else:  # (B, C, H W) -> (B C, 2, H, W) -> (B, C, H, 2 W)
+        x = grid.reshape(batch, height * width, channels).transpose(1, 2)
+        y = _real_axis(x, real_factor)
+        z = _complex_axis(y.reshape(batch * channels, 2, height, width), inner_factor)
+    out = z.reshape(batch, axes[0], axes[1], 2 * axes[2]) @ _get(f'real_part_{transform}',
+                                                                  axes[2], 0, 0, z)
+    # the factored axes from (k1, k2) to k = k1 + n1 k2 (a transpose of runs of the last axis)
+    first_axes = list(real_factor) if real_factor else [axes[0]]
+    second_axes = list(inner_factor) if inner_factor else [axes[1]]
+    out = out.reshape(batch, *first_axes, *second_axes, axes[2])
+    if real_factor or inner_factor:
+        first = list(range(1, 1 + len(first_axes)))
+        second = list(range(1 + len(first_axes), out.dim() - 1))
+        out = out.permute(0, *reversed(first), *reversed(second), out.dim() - 1)
+    if plan == 'last':
+        return out.reshape(grid.shape)
+    # back to channels-last: a 2-D transpose (onnxruntime's fast one, unlike a 6-D one)
+    return out.reshape(batch, channels, height * width).transpose(1, 2).reshape(grid.shape)
+
+
+def _grid(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    return x.reshape(x.shape[0], *hw_shape, x.shape[-1])
+
+
+def filter_tokens(x: Tensor, kernel: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    """GFN's ``irfft2(rfft2(x) * kernel)``: tokens ``(B, H*W, C)``, ``kernel (C, H, W//2+1)``."""
+    from .spectral import SpectralBand
+    band = SpectralBand.fraction(tuple(hw_shape), 1.0)
+    spectrum = filter_modes(rfft2_grid(_grid(x, hw_shape), band), kernel)
+    return irfft2_grid(spectrum, hw_shape, band).reshape(x.shape)
+
+
+def fnet_tokens(x: Tensor, hw_shape: tuple[int, int], transform: str = 'fourier') -> Tensor:
+    """:func:`fnet_real` of tokens ``(B, H*W, C)``."""
+    return fnet_real(_grid(x, hw_shape), transform).reshape(x.shape)
