@@ -8,22 +8,17 @@ switches to real arithmetic by itself during export.
 
 The spectral mixers' transforms (AFNO, GFN, FNet, FNO) go into the graph in one of two forms
 (``dft``): ``'op'``, the ONNX ``DFT`` operator, or ``'matmul'``, real matrix products with constant
-DFT matrices (:mod:`afno_seg.mixers.dft_matmul`; a truncated band computed directly, so AFNO-25%
-and FNO cost what they keep). ``'auto'`` (:func:`resolve_dft`) takes the matmul form for a fixed
-input size, the op form with ``dynamic=True`` (the matrices are built for the export's sizes). The
-rule is from ``BENCHMARKS.md`` ("DFT as matmuls"): in onnxruntime 1.31 (CPU, 1 thread) the
-matmul form ran faster than the op form for every spectral mixer at every B3 stage point (AFNO and
-GFN 3-5x, FNet 5-14x, AFNO-25% and FNO 11-42x) and in every whole model (demo 2-3.7x, B3 at
-512x1024 1.45-1.6x); the op form's kernel is generic (a naive DFT for sizes that are not powers
-of two) and its CUDA provider has none. OpenVINO needs the
-matmul form (:func:`.predictor.openvino_session`).
+DFT matrices (:mod:`afno_seg.mixers.dft_tokens` for AFNO, GFN and FNet in the tokens' layout,
+:mod:`afno_seg.mixers.dft_matmul` for FNO; a truncated band is computed directly, so AFNO-25% and
+FNO cost what they keep). ``'auto'`` (:func:`resolve_dft`) takes the matmul form for a fixed input
+size, the op form with ``dynamic=True`` (the matrices are built for the export's sizes); the
+rule's measurements are in ``BENCHMARKS.md`` ("DFT as matmuls"). OpenVINO needs the matmul form
+(:func:`.predictor.openvino_session`).
 
 ``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
 cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a
-property where it depends on the arguments), which :func:`static_shape_mixers` reads. Measured
-with torch 2.14: ESA, full SA, axial, FNet, GFN and AFNO without truncation export with dynamic
-H, W; AFNO-25% and FNO (band sizes computed in Python from H, W) and Long-Short (window grid
-likewise) do not.
+property where it depends on the arguments), which :func:`static_shape_mixers` reads: AFNO-25%
+and FNO (band sizes computed in Python from H, W) and Long-Short (window grid likewise).
 """
 import os
 import os.path as osp
