@@ -58,8 +58,8 @@ if TYPE_CHECKING:  # spectral.py imports this module (its dft_mode switch)
     from .spectral import SpectralBand
 
 __all__ = ['DFT_MODES', 'FACTORED_GAIN', 'FACTORED_MIN', 'Pair', 'current_dft_mode', 'dft_mode',
-           'direct_cost', 'factored_cost', 'fft3', 'irfft2', 'rfft2', 'split_factor',
-           'transform_cost', 'use_factored']
+           'direct_cost', 'factored_cost', 'fft3', 'hermitian_weight', 'irfft2', 'phase', 'rfft2',
+           'split_factor', 'transform_cost', 'use_factored']
 
 DFT_MODES = ('op', 'matmul')
 _mode = ['op']
@@ -130,10 +130,19 @@ def use_factored(n: int, kept: int, axis: str = 'h') -> bool:
 # Constant matrices (float64 angles from exact integer products mod n, cast once per key)
 
 
-def _phase(out_index: Tensor, in_index: Tensor, n: int, sign: float) -> Pair:
+def phase(out_index: Tensor, in_index: Tensor, n: int, sign: float) -> Pair:
     """``exp(sign 2 pi i outer(out, in) / n)`` as (cos, sin) in float64 (exact mod n first)."""
     angle = sign * 2 * math.pi * torch.outer(out_index, in_index).remainder(n).double() / n
     return torch.cos(angle), torch.sin(angle)
+
+
+def hermitian_weight(freqs: Tensor, n: int, cols: int) -> Tensor:
+    """``c_k`` of an inverse real transform: 2, 1 at frequency 0 and at n/2, 0 from ``cols`` on."""
+    weight = torch.where(freqs < cols, 2.0, 0.0).double()
+    weight[freqs == 0] = 1.0
+    if n % 2 == 0:
+        weight[freqs == n // 2] = 1.0
+    return weight
 
 
 @lru_cache(maxsize=256)
@@ -155,25 +164,22 @@ def _build_matrices(kind: str, n: int, a: int, b: int, dtype: torch.dtype,
     scale = 1 / math.sqrt(n)
     if kind in ('h', 'h_inv'):  # kept signed row frequencies against all n rows
         freqs = torch.cat([torch.arange(a), torch.arange(n - b, n)])
-        cos, sin = _phase(freqs, torch.arange(n), n, -1.0)
+        cos, sin = phase(freqs, torch.arange(n), n, -1.0)
         mats = (cos * scale, sin * scale)  # (R, n): exp(-i..)
         if kind == 'h_inv':  # (n, R): exp(+i..) = conj transpose
             mats = (mats[0].T.contiguous(), -mats[1].T.contiguous())
     elif kind == 'w':  # (n, 2 cols): [C | -S]
-        cos, sin = _phase(torch.arange(n), torch.arange(a), n, -1.0)
+        cos, sin = phase(torch.arange(n), torch.arange(a), n, -1.0)
         mats = (torch.cat([cos, sin], dim=1) * scale, )
     elif kind == 'w_inv':  # (2 cols, n): [c C; -c S] with the Hermitian column weights c
-        cos, sin = _phase(torch.arange(a), torch.arange(n), n, 1.0)
-        weight = torch.full((a, 1), 2.0, dtype=torch.float64)
-        weight[0] = 1.0
-        if n % 2 == 0 and a == n // 2 + 1:
-            weight[-1] = 1.0
+        cos, sin = phase(torch.arange(a), torch.arange(n), n, 1.0)
+        weight = hermitian_weight(torch.arange(a), n, a)[:, None]
         mats = (torch.cat([weight * cos, -weight * sin]) * scale, )
     else:  # factored: first DFT (n1 x n1), twiddle (n1, n2), second DFT (n2 x n2), 'sign'
         sign = -1.0 if kind == 'f' else 1.0
-        first = _phase(torch.arange(a), torch.arange(a), a, sign)
-        twiddle = _phase(torch.arange(a), torch.arange(b), n, sign)
-        second = _phase(torch.arange(b), torch.arange(b), b, sign)
+        first = phase(torch.arange(a), torch.arange(a), a, sign)
+        twiddle = phase(torch.arange(a), torch.arange(b), n, sign)
+        second = phase(torch.arange(b), torch.arange(b), b, sign)
         mats = (first[0] * scale, first[1] * scale, *twiddle, *second)
     return tuple(m.to(device=device, dtype=dtype).contiguous() for m in mats)
 

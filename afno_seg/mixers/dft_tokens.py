@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .dft_matmul import split_factor
+from .dft_matmul import hermitian_weight, phase, split_factor
 
 __all__ = ['FACTORED_FROM', 'Stacked', 'filter_modes', 'filter_tokens', 'fnet_real',
            'fnet_tokens', 'from_blocks', 'irfft2_grid', 'rfft2_grid', 'to_blocks', 'use_factored']
@@ -89,12 +89,6 @@ def use_factored(n: int, axis: str) -> bool:
     return split_factor(n) is not None and n >= FACTORED_FROM[axis]
 
 
-def _phase(out_index: Tensor, in_index: Tensor, n: int, sign: float) -> tuple[Tensor, Tensor]:
-    """``exp(sign 2 pi i outer(out, in) / n)`` as (cos, sin) in float64 (exact mod n first)."""
-    angle = sign * 2 * math.pi * torch.outer(out_index, in_index).remainder(n).double() / n
-    return torch.cos(angle), torch.sin(angle)
-
-
 def _block(real: Tensor, imag: Tensor) -> Tensor:
     """Complex ``(..., p, q)`` -> real ``(..., 2, p, 2, q)``: ``[[re, -im], [im, re]]``."""
     top = torch.stack([real, -imag], dim=-2)
@@ -121,15 +115,6 @@ def _twiddled(n: int, n1: int, k2_count: int, n2: int, sign: float) -> tuple[Ten
     return torch.cos(angle), torch.sin(angle)
 
 
-def _hermitian_weight(freqs: Tensor, n: int, cols: int) -> Tensor:
-    """``c_k`` of an inverse real transform: 2, 1 at frequency 0 and at n/2, 0 from ``cols`` on."""
-    weight = torch.where(freqs < cols, 2.0, 0.0).double()
-    weight[freqs == 0] = 1.0
-    if n % 2 == 0:
-        weight[freqs == n // 2] = 1.0
-    return weight
-
-
 def _build(kind: str, n: int, a: int, b: int) -> Tensor:
     """The constants, scaled by ``1 / sqrt(n)`` once per axis of ``n`` points. Rows are outputs,
     columns inputs; ``(part, i)`` is a stacked index (real, imaginary)::
@@ -152,37 +137,37 @@ def _build(kind: str, n: int, a: int, b: int) -> Tensor:
     """
     scale = 1 / math.sqrt(n)
     if kind == 'w':
-        cos, sin = _phase(torch.arange(a), torch.arange(n), n, -1.0)
+        cos, sin = phase(torch.arange(a), torch.arange(n), n, -1.0)
         return torch.stack([cos, sin])[:, None] * scale
     if kind == 'w_inv':
-        cos, sin = _phase(torch.arange(n), torch.arange(a), n, 1.0)
-        weight = _hermitian_weight(torch.arange(a), n, a)
+        cos, sin = phase(torch.arange(n), torch.arange(a), n, 1.0)
+        weight = hermitian_weight(torch.arange(a), n, a)
         return torch.cat([cos * weight, -sin * weight], dim=1) * scale
     if kind in ('h', 'h_inv'):
         freqs = torch.cat([torch.arange(a), torch.arange(n - b, n)])
         if kind == 'h':
-            cos, sin = _phase(freqs, torch.arange(n), n, -1.0)
+            cos, sin = phase(freqs, torch.arange(n), n, -1.0)
         else:
-            cos, sin = _phase(torch.arange(n), freqs, n, 1.0)
+            cos, sin = phase(torch.arange(n), freqs, n, 1.0)
         block = _block(cos * scale, sin * scale)  # (2, out, 2, in)
         rows, cols = 2 * block.shape[1], 2 * block.shape[3]
         if kind == 'h_inv':  # rows (h, part): the W product then takes (part, column) together
             block = block.transpose(0, 1)
         return block.reshape(rows, cols)
     if kind == 'real_rows':
-        cos, sin = _phase(torch.arange(a), torch.arange(a), a, -1.0)
+        cos, sin = phase(torch.arange(a), torch.arange(a), a, -1.0)
         return torch.stack([cos, sin], dim=1).reshape(2 * a, a) * scale
     if kind == 'complex_rows':
-        cos, sin = _phase(torch.arange(n), torch.arange(n), n, -1.0)
+        cos, sin = phase(torch.arange(n), torch.arange(n), n, -1.0)
         return _block(cos, sin).transpose(0, 1).reshape(2 * n, 2 * n) * scale
     if kind.startswith('real_part'):  # Re(z e^{-i t}) = zr cos t + zi sin t; Hartley: Re - Im
-        cos, sin = _phase(torch.arange(n), torch.arange(n), n, 1.0)
+        cos, sin = phase(torch.arange(n), torch.arange(n), n, 1.0)
         if kind.endswith('hartley'):
             cos, sin = cos + sin, sin - cos
         return torch.cat([cos, sin]) * scale
     n1, n2 = a, b
     if kind in ('f1', 'g1'):
-        cos, sin = _phase(torch.arange(n1), torch.arange(n1), n1, -1.0 if kind == 'f1' else 1.0)
+        cos, sin = phase(torch.arange(n1), torch.arange(n1), n1, -1.0 if kind == 'f1' else 1.0)
         return _block(cos * scale, sin * scale).transpose(0, 1).reshape(2 * n1, 2 * n1)
     if kind in ('f2', 'f2_rows'):
         block = _block(*_twiddled(n, n1, n2, n2, -1.0))  # (k1, 2, k2, 2, m2)
@@ -200,11 +185,11 @@ def _build(kind: str, n: int, a: int, b: int) -> Tensor:
         return block.transpose(0, 1).reshape(2, 1, n1, k2w, 2 * n2)
     if kind == 'wg2':
         cos, sin = _twiddled(n, n1, k2w, n2, 1.0)  # (k1, k2, m2)
-        weight = _hermitian_weight(torch.arange(n1)[:, None] + n1 * torch.arange(k2w), n, cols)
+        weight = hermitian_weight(torch.arange(n1)[:, None] + n1 * torch.arange(k2w), n, cols)
         block = _block((cos * weight[..., None]).mT, (sin * weight[..., None]).mT)
         return block.transpose(0, 1).reshape(2, n1, n2, 2 * k2w)
     if kind == 'wg1':
-        cos, sin = _phase(torch.arange(n1), torch.arange(n1), n1, 1.0)
+        cos, sin = phase(torch.arange(n1), torch.arange(n1), n1, 1.0)
         return torch.cat([cos, -sin], dim=1) * scale
     raise ValueError(f'unknown matrix kind {kind!r}')
 
@@ -213,24 +198,15 @@ def _get(kind: str, n: int, a: int, b: int, like: Tensor) -> Tensor:
     return _matrix(kind, n, a, b, like.dtype, like.device)
 
 
-def _factor(band, factored: bool | None) -> tuple[int, int] | None:
-    """``(n1, n2)`` when H takes the factored form (full band rows only), else None."""
-    height = band.height
-    if band.n_rows != height or split_factor(height) is None:
+def _axis_factor(n: int, full_band: bool, axis: str,
+                 factored: bool | None) -> tuple[int, int] | None:
+    """``(n1, n2)`` when an axis of ``n`` points (``'h'`` or ``'w'``) takes the factored form
+    (full bands only; ``factored=None``: :func:`use_factored` decides), else None."""
+    if not full_band or split_factor(n) is None:
         return None
     if factored is None:
-        factored = use_factored(height, 'h')
-    return split_factor(height) if factored else None
-
-
-def _w_factor(band, factored: bool | None) -> tuple[int, int] | None:
-    """``(n1, n2)`` when W takes the factored form (full band columns only), else None."""
-    width = band.width
-    if band.n_cols != width // 2 + 1 or split_factor(width) is None:
-        return None
-    if factored is None:
-        factored = use_factored(width, 'w')
-    return split_factor(width) if factored else None
+        factored = use_factored(n, axis)
+    return split_factor(n) if factored else None
 
 
 def rfft2_grid(grid: Tensor, band, factored: bool | None = None) -> Stacked:
@@ -246,11 +222,11 @@ def rfft2_grid(grid: Tensor, band, factored: bool | None = None) -> Stacked:
         Stacked: The modes, in the layout it records.
     """
     batch, height, width, channels = grid.shape
-    w_factor = _w_factor(band, factored)
+    w_factor = _axis_factor(band.width, band.n_cols == band.width // 2 + 1, 'w', factored)
     spectrum = _rdft_w(grid, band.n_cols, w_factor)  # (B, 2, H, cols, C)
     cols = spectrum.shape[-2]
     flat = spectrum.reshape(batch, 2 * height, cols * channels)  # (part, h) stacked
-    factor = _factor(band, factored)
+    factor = _axis_factor(band.height, band.n_rows == band.height, 'h', factored)
     if factor is None:
         out = _get('h', height, band.n_low, band.n_high, grid) @ flat
         return Stacked(out.reshape(batch, 2, band.n_rows, cols, channels), None, w_factor)
