@@ -228,3 +228,45 @@ def wait_for(condition, process, timeout=180.0) -> bool:
         time.sleep(0.005)
     raise TimeoutError('training made no progress')
 
+
+# ----------------------------------------------------------------- tiny segmentors for export
+
+ONE_LAYER = 'model.backbone.num_layers=[1,1,1,1]'  # tiny_segmentor's depth, for a tool's config
+
+
+def tiny_segmentor(variant: str, num_layers=(1, 1, 1, 1)):
+    """The tiny config's segmentor with ``variant`` in every stage; one layer per stage by
+    default (export time grows with the graph; every mixer still sits in every stage grid)."""
+    from mmengine.config import Config
+    from mmseg.registry import MODELS
+
+    from afno_seg.mixers import mixer_variants
+    cfg = Config.fromfile(TINY_CONFIG)
+    if num_layers is not None:
+        cfg.model.backbone.num_layers = list(num_layers)
+    mixer = dict(mixer_variants()[variant])
+    if mixer['type'] == 'AFNOMixer':
+        mixer['num_blocks'] = 4
+    if mixer['type'] == 'FNOMixer':
+        mixer['modes'] = (4, 4)
+    cfg.model.backbone.mixers = mixer
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.eval()
+
+
+def save_segmentor_checkpoint(model, path) -> str:
+    """``model``'s weights in mmengine's checkpoint layout, with Cityscapes' dataset_meta."""
+    from mmseg.datasets import CityscapesDataset
+    torch.save(dict(state_dict=model.state_dict(),
+                    meta=dict(dataset_meta=dict(CityscapesDataset.METAINFO))), path)
+    return str(path)
+
+
+def onnx_ops(path) -> set[str]:
+    """The op types of an ONNX file's graph and its local functions."""
+    import onnx
+    model = onnx.load(str(path))
+    return {node.op_type for nodes in [model.graph.node, *(f.node for f in model.functions)]
+            for node in nodes}

@@ -28,7 +28,7 @@ from mmseg.registry import MODELS
 
 from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
 
-from conftest import TINY_CONFIG
+from conftest import TINY_CONFIG, save_segmentor_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = Path(os.environ.get('AFNO_SEG_CITYSCAPES_SAMPLE',
@@ -70,14 +70,11 @@ def reduced(path: str) -> Config:
 
 def checkpoint_of(cfg: Config, path: Path) -> str:
     """A checkpoint of the randomly initialised model, in mmengine's layout with dataset_meta."""
-    from mmseg.datasets import CityscapesDataset
     init_default_scope('mmseg')
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     model.init_weights()
-    torch.save(dict(state_dict=model.state_dict(),
-                    meta=dict(dataset_meta=dict(CityscapesDataset.METAINFO))), path)
-    return str(path)
+    return save_segmentor_checkpoint(model, path)
 
 
 @pytest.fixture(scope='module')

@@ -7,9 +7,7 @@ import re
 import onnx
 import pytest
 import torch
-from mmengine.config import Config
 from mmengine.registry import init_default_scope
-from mmseg.registry import MODELS
 
 from afno_seg.deployment import (
     SegmentorLogits,
@@ -29,7 +27,15 @@ from afno_seg.mixers.fno import FNOMixer
 from afno_seg.mixers.spectral import SpectralBand
 from afno_seg.mixers.spectral_fast import complex_matmul_in_real_arithmetic
 
-from conftest import TINY_CONFIG, check, run_tool
+from conftest import (
+    ONE_LAYER,
+    TINY_CONFIG,
+    check,
+    onnx_ops,
+    run_tool,
+    save_segmentor_checkpoint,
+    tiny_segmentor,
+)
 
 FAST_EXPORT = ('afno', 'gfn')  # the rest of the variants export in the slow test
 
@@ -85,32 +91,6 @@ def test_export_path_is_taken_only_during_export(monkeypatch, mixer_cls, module,
     torch.testing.assert_close(exported, expected, rtol=1e-5, atol=1e-6)
 
 
-def tiny_segmentor(variant: str, num_layers=(1, 1, 1, 1)):
-    """The tiny config's segmentor with ``variant`` in every stage; one layer per stage by
-    default (export time grows with the graph; every mixer still sits in every stage grid)."""
-    cfg = Config.fromfile(TINY_CONFIG)
-    if num_layers is not None:
-        cfg.model.backbone.num_layers = list(num_layers)
-    mixer = dict(mixer_variants()[variant])
-    if mixer['type'] == 'AFNOMixer':
-        mixer['num_blocks'] = 4
-    if mixer['type'] == 'FNOMixer':
-        mixer['modes'] = (4, 4)
-    cfg.model.backbone.mixers = mixer
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    return model.eval()
-
-
-def exported_ops(path) -> set[str]:
-    graph = onnx.load(path)
-    ops = {node.op_type for node in graph.graph.node}
-    for function in graph.functions:
-        ops |= {node.op_type for node in function.node}
-    return ops
-
-
 def check_variant_exports(variant, tmp_path):
     model = tiny_segmentor(variant)
     path = export_onnx(model, (64, 96), str(tmp_path / f'{variant}.onnx'), dft='op')
@@ -122,7 +102,7 @@ def check_variant_exports(variant, tmp_path):
     session = onnx_session(path)
     assert session.get_outputs()[0].shape == [1, 19, 64, 96]
     assert onnx_max_abs_difference(model, session, inputs) < 1e-4
-    return exported_ops(path)
+    return onnx_ops(path)
 
 
 @pytest.mark.parametrize('variant', FAST_EXPORT)
@@ -138,20 +118,13 @@ def test_every_other_mixer_exports_and_matches_onnxruntime(variant, tmp_path):
     assert ('DFT' in ops) == find_variant(variant).spectral, sorted(ops)
 
 
-def save_checkpoint(model, path):
-    from mmseg.datasets import CityscapesDataset
-    torch.save(dict(state_dict=model.state_dict(),
-                    meta=dict(dataset_meta=dict(CityscapesDataset.METAINFO))), path)
-    return str(path)
-
-
 def test_pytorch2onnx_tool_writes_and_checks_the_file(tmp_path):
     model = tiny_segmentor('afno')
-    checkpoint = save_checkpoint(model, tmp_path / 'afno.pth')
+    checkpoint = save_segmentor_checkpoint(model, tmp_path / 'afno.pth')
     out = tmp_path / 'onnx' / 'afno.onnx'
     result = check(run_tool('tools/deployment/pytorch2onnx.py', TINY_CONFIG, checkpoint,
                             '--shape', '64', '128', '--out', str(out), '--cfg-options',
-                            'model.backbone.num_layers=[1,1,1,1]'))
+                            ONE_LAYER))
     match = re.search(r'max abs difference ([0-9.e+-]+)', result.stdout)
     assert match and float(match.group(1)) < 1e-4, result.stdout
     # The file holds the checkpoint's weights: it reproduces this model's logits.

@@ -4,20 +4,26 @@ non-square grids; OpenVINO runs the matmul graph (tools/inference.py --backend o
 refuses the op graph; compile=True (mmengine's switch) trains."""
 import cv2
 import numpy as np
-import onnx
 import pytest
 import torch
-from mmengine.config import Config
 from mmseg.registry import MODELS
 
-from afno_seg.deployment import export_onnx, onnx_session, openvino_session
+from afno_seg.deployment import export_network, export_onnx, onnx_session, openvino_session
 from afno_seg.deployment.benchmark import MixerAlone
-from afno_seg.deployment.onnx_export import INPUT_NAME, OPSET, resolve_dft
+from afno_seg.deployment.onnx_export import INPUT_NAME, resolve_dft
 from afno_seg.engine.errors import UserError
 from afno_seg.mixers import mixer_variants
 from afno_seg.mixers.dft_matmul import dft_mode
 
-from conftest import TINY_CONFIG, load_script, make_runner
+from conftest import (
+    ONE_LAYER,
+    TINY_CONFIG,
+    load_script,
+    make_runner,
+    onnx_ops,
+    save_segmentor_checkpoint,
+    tiny_segmentor,
+)
 
 # Export paths of the listed variants (AFNO's real arithmetic, GFN's and FNO's plain formulas),
 # eager paths of the composed references; the fused ones call torch.fft directly (training).
@@ -35,12 +41,6 @@ def spectral_mixer(variant: str, channels: int = 16):
     mixer = MODELS.build(cfg)
     mixer.init_weights()
     return mixer
-
-
-def graph_ops(path) -> set[str]:
-    model = onnx.load(path)
-    return {node.op_type for nodes in [model.graph.node, *(f.node for f in model.functions)]
-            for node in nodes}
 
 
 @pytest.mark.parametrize('hw', GRIDS, ids=lambda hw: f'{hw[0]}x{hw[1]}')
@@ -63,10 +63,7 @@ def test_both_forms_compute_the_same_mixer(variant, hw, monkeypatch):
 
 def export_alone(mixer, hw, path, form):
     tokens = torch.randn(1, hw[0] * hw[1], 16, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad(), dft_mode(form):
-        torch.onnx.export(MixerAlone(mixer.eval(), hw), (tokens, ), dynamo=True,
-                          opset_version=OPSET, input_names=[INPUT_NAME], external_data=False,
-                          verbose=False).save(str(path))
+    export_network(MixerAlone(mixer.eval(), hw), tokens, str(path), form=form)
     return tokens
 
 
@@ -76,7 +73,7 @@ def test_matmul_graph_has_no_dft_and_matches_pytorch(variant, tmp_path):
     mixer = spectral_mixer(variant)
     path = tmp_path / f'{variant}.onnx'
     tokens = export_alone(mixer, hw, path, 'matmul')
-    ops = graph_ops(path)
+    ops = onnx_ops(path)
     assert 'DFT' not in ops and 'MatMul' in ops, sorted(ops)
     (actual, ) = onnx_session(str(path)).run(None, {INPUT_NAME: tokens.numpy()})
     with torch.no_grad():
@@ -94,37 +91,16 @@ def test_dft_choice_and_dynamic_fallback():
         resolve_dft('fft', False)
 
 
-ONE_LAYER = 'model.backbone.num_layers=[1,1,1,1]'
-
-
-def tiny_segmentor(variant: str):
-    """The tiny config's segmentor with one layer per stage (``ONE_LAYER``: export time grows
-    with the graph) and ``variant`` in every stage."""
-    cfg = Config.fromfile(TINY_CONFIG)
-    cfg.model.backbone.num_layers = [1, 1, 1, 1]
-    mixer = dict(mixer_variants()[variant])
-    if mixer['type'] == 'AFNOMixer':
-        mixer['num_blocks'] = 4
-    cfg.model.backbone.mixers = mixer
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    return model.eval()
-
-
 def test_openvino_backend_runs_the_matmul_graph(tiny_demo_data, tmp_path):
     """AFNO-25% (a truncated band): tools/inference.py on the matmul export with OpenVINO agrees
     with its PyTorch backend; the mixer alone on an odd, non-square grid matches PyTorch's
     logits in OpenVINO; the op graph is refused."""
     from mmengine.registry import init_default_scope
-    from mmseg.datasets import CityscapesDataset
     init_default_scope('mmseg')
     model = tiny_segmentor('afno25')
-    checkpoint = tmp_path / 'afno25.pth'
-    torch.save(dict(state_dict=model.state_dict(),
-                    meta=dict(dataset_meta=dict(CityscapesDataset.METAINFO))), checkpoint)
+    checkpoint = save_segmentor_checkpoint(model, tmp_path / 'afno25.pth')
     onnx_file = export_onnx(model, (64, 128), str(tmp_path / 'matmul.onnx'), dft='matmul')
-    assert 'DFT' not in graph_ops(onnx_file)
+    assert 'DFT' not in onnx_ops(onnx_file)
     images = str(tiny_demo_data / 'leftImg8bit' / 'val')
     inference = load_script('tools/inference.py')  # in-process: the tool's code, not its startup
     labels = {}

@@ -20,8 +20,7 @@ import torch
 from mmengine.config import Config
 
 from ..mixers import mixer_variants
-from ..mixers.dft_matmul import dft_mode
-from .onnx_export import INPUT_NAME, OPSET, SegmentorLogits, export_onnx, onnx_session
+from .onnx_export import INPUT_NAME, SegmentorLogits, export_network, export_onnx, onnx_session
 from .predictor import array_pipeline, openvino_session
 
 __all__ = ['RUNTIMES', 'MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs',
@@ -92,14 +91,6 @@ class MixerAlone(torch.nn.Module):
         return self.mixer(tokens, self.hw_shape)
 
 
-def _export_module(network, inputs: torch.Tensor, path: str, form: str) -> None:
-    with torch.no_grad(), dft_mode(form):
-        program = torch.onnx.export(network.eval(), (inputs, ), dynamo=True, opset_version=OPSET,
-                                    input_names=[INPUT_NAME], external_data=False,
-                                    verbose=False)
-    program.save(path)
-
-
 def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                      threads: int = 1, work_dir: str | None = None,
                      runtimes: tuple[str, ...] = RUNTIMES) -> ParityResult:
@@ -129,7 +120,7 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
             if segmentor:
                 export_onnx(model, tuple(inputs.shape[2:]), path, dft=form)
             else:
-                _export_module(model, inputs, path, form)
+                export_network(model, inputs, path, form=form)
         export_seconds = time.perf_counter() - start
         for runtime in runtimes:
             if runtime == 'openvino':
