@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from ..engine.errors import UserError
 from ..mixers.base import TokenMixer
+from ..mixers.dft_matmul import dft_mode
 
 __all__ = ['DFT_CHOICES', 'SegmentorLogits', 'export_onnx', 'onnx_max_abs_difference',
            'onnx_session', 'resolve_dft', 'static_shape_mixers']
@@ -117,7 +118,6 @@ def export_network(network: nn.Module, example: Tensor, out: str, dynamic: bool 
     spectral transforms in ``form`` (``'op'`` or ``'matmul'``); with ``dynamic``, H and W of the
     input are symbolic (from ``min_size`` to 8192). :func:`export_onnx` exports segmentors
     through it; the tests export single mixers on a grid."""
-    from ..mixers.dft_matmul import dft_mode
     dynamic_shapes = None
     if dynamic:
         dims = (torch.export.Dim('height', min=min_size, max=8192),
