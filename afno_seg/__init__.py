@@ -1,7 +1,8 @@
 """afno_seg: Fourier token mixers in SegFormer on the OpenMMLab stack.
 
 Importing the package registers everything: the token mixers and the MixerMiT backbone in both
-MMSegmentation's and MMPretrain's ``MODELS``, the data checks in mmseg's ``TRANSFORMS``, and the
+MMSegmentation's and MMPretrain's ``MODELS``, the SegFormer head fused at low resolution
+(:mod:`afno_seg.decode_heads`) in mmseg's, the data checks in mmseg's ``TRANSFORMS``, and the
 engine extensions (hooks, CPU autocast optim wrapper, CPU DDP) in mmengine's registries. Two
 registrations replace mmengine's handler of local paths, each a stricter form of it: the
 checkpoint loader (data only, :mod:`afno_seg.engine.checkpoint`) and the file backend (atomic
@@ -12,6 +13,6 @@ handlers with training (given back when it ends). Configs pull the package in wi
 drivers (:mod:`afno_seg.experiments`) and the cost library (:mod:`afno_seg.analysis`) are not
 imported here.
 """
-from . import backbones, datasets, engine, mixers  # noqa: F401
+from . import backbones, datasets, decode_heads, engine, mixers  # noqa: F401
 
 __version__ = '0.1.0'

@@ -232,6 +232,8 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
         TINY_CONFIG, str(trained), '--work-dir', str(tmp_path / 'test'),
         *data_options(tiny_demo_data)]))
     assert code == 0, capsys.readouterr().err[-3000:]
+    dumped, = (tmp_path / 'test').rglob('tiny_demo.py')  # the config the evaluation ran
+    assert "type='LowResFusionSegformerHead'" in dumped.read_text()
     code = run_tool(lambda: tool('tools/inference.py').main([
         TINY_CONFIG, str(trained), str(tiny_demo_data / 'leftImg8bit' / 'val'), '--out-dir',
         str(tmp_path / 'inference'), '--no-progress']))
@@ -339,6 +341,22 @@ def test_classes_come_from_the_config_when_the_meta_has_none(trained, tmp_path, 
     model = load_segmentor(TINY_CONFIG, str(bare))
     assert len(model.dataset_meta['classes']) == 19 and len(model.dataset_meta['palette']) == 19
     assert model.dataset_meta['classes'][0] == 'road'
+
+
+def test_loaded_segmentor_fuses_its_head_at_low_resolution(trained):
+    from mmseg.models.decode_heads import SegformerHead
+
+    from afno_seg.decode_heads import LowResFusionSegformerHead
+    from afno_seg.deployment import load_segmentor
+    model = load_segmentor(TINY_CONFIG, str(trained))
+    assert type(model.decode_head) is LowResFusionSegformerHead
+    inputs = torch.randn(1, 3, 64, 96)
+    metas = [dict(img_shape=(64, 96), ori_shape=(64, 96))]
+    with torch.no_grad():
+        fused = model.encode_decode(inputs, metas)
+        model.decode_head.__class__ = SegformerHead  # mmseg's computation, trained weights
+        torch.testing.assert_close(fused, model.encode_decode(inputs, metas), rtol=1e-5,
+                                   atol=1e-5)
 
 
 # -- weights-only releases ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ import sys
 from mmengine.config import DictAction
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
+from afno_seg.decode_heads import use_low_res_fusion
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, build_runner, load_config, run_tool
 from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
@@ -81,6 +82,7 @@ def main(argv=None) -> None:
                                    args.cfg_options, args.work_dir), args.mixer, pretrained=False,
                        default_work_dir=args.work_dir is None)
     cfg.load_from = args.checkpoint
+    use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
     if args.show or args.show_dir:
         trigger_visualization_hook(cfg, args)
     if args.tta:

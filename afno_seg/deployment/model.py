@@ -7,7 +7,9 @@ unsafe or unreadable file is named in one line), every ``type=`` of the model is
 requested device exists; and after: the checkpoint fits the model
 (:func:`~afno_seg.engine.checkpoint_fit.check_fit`: a wrong file is refused, not run with random
 weights), classes and palette come from the config's dataset when the checkpoint has none; plus
-the inference mode (``whole``/``slide``) a user may ask for.
+the inference mode (``whole``/``slide``) a user may ask for. mmseg's ``SegformerHead`` is built as
+:class:`~afno_seg.decode_heads.LowResFusionSegformerHead` (same parameters and values, a third of
+the head's work).
 """
 import logging
 import os.path as osp
@@ -15,6 +17,7 @@ import os.path as osp
 import torch
 from mmengine.config import Config
 
+from ..decode_heads import use_low_res_fusion
 from ..engine.checkpoint import load_checkpoint_file
 from ..engine.checkpoint_fit import load_weights
 from ..engine.errors import UserError
@@ -94,7 +97,7 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
 
     Returns:
         The ``EncoderDecoder`` in eval mode on ``device``, with ``model.cfg`` and
-        ``model.dataset_meta``.
+        ``model.dataset_meta``; a ``SegformerHead`` is built as ``LowResFusionSegformerHead``.
     """
     if not osp.isfile(config):
         raise UserError(f'config file not found: {config}')
@@ -105,6 +108,7 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
         cfg.merge_from_dict(cfg_options)
     check_model_types(cfg)
     set_inference_mode(cfg, mode)
+    use_low_res_fusion(cfg.model)
     from mmseg.apis import init_model  # after the checks: importing it is the slow part
     model = init_model(cfg, None, device='cpu')  # built, not initialised: the file holds all
     load_weights(model, checkpoint, cfg.get('checkpoint_new_keys', ()), loaded=loaded)

@@ -3,15 +3,18 @@
     python tools/deployment/benchmark_onnx.py [--variants afno gfn ...] [--b3 afno esa]
         [--b3-scale 512 256] [--mixers-alone H W C]... [--stage-points] [--no-demo]
         [--runtimes ort-op ort-matmul openvino] [--repeats 5] [--threads 1] [--pin-malloc]
-        [--out work_dirs/benchmark_onnx]
+        [--heads low-res stock] [--out work_dirs/benchmark_onnx]
 
 Models: the demo config with each mixer variant (random initialisation; the demo's test resize,
 512x256), and the B3 configs named by ``--b3`` at full width with the test resize reduced to
 ``--b3-scale`` (whole-image inference). The frame (256x128 in ../shared/data) is scaled back
-to 2048x1024 first. ``--mixers-alone`` (repeatable) and ``--stage-points`` (SegFormer-B3's four
-stage points, C @ H x W = 64 @ 256x256, 128 @ 128x128, 320 @ 64x64, 512 @ 32x32) time each
-variant's mixer by itself. Every model is exported with the spectral transforms as ONNX ``DFT``
-ops and as matmuls; OpenVINO runs the matmul graph. Writes ``OUT/benchmark_onnx.csv`` and
+to 2048x1024 first. Whole models build their decode head as ``load_segmentor`` does,
+``LowResFusionSegformerHead``, in PyTorch and in the exports alike; ``--heads low-res stock``
+adds a row per model with mmseg's ``SegformerHead`` as it computes (``NAME+stock-head``).
+``--mixers-alone`` (repeatable) and ``--stage-points`` (SegFormer-B3's four stage points,
+C @ H x W = 64 @ 256x256, 128 @ 128x128, 320 @ 64x64, 512 @ 32x32) time each variant's mixer
+by itself. Every model is exported with the spectral transforms as ONNX ``DFT`` ops and as
+matmuls; OpenVINO runs the matmul graph. Writes ``OUT/benchmark_onnx.csv`` and
 ``OUT/benchmark_onnx.md`` (the table and this run's command line).
 
 ``--pin-malloc`` (glibc): large blocks from the heap and no trimming (``mallopt``), so that
@@ -21,8 +24,10 @@ history (AFNO at 128 @ 128x128: 51 ms in a fresh process, 24 ms after an export,
 another), and the runtimes' ratios with it. onnxruntime and OpenVINO keep their own arenas.
 """
 import argparse
+import copy
 import csv
 import ctypes
+import itertools
 import os.path as osp
 import sys
 
@@ -32,6 +37,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import afno_seg  # noqa: F401
+from afno_seg.decode_heads import use_low_res_fusion
 from afno_seg.deployment.benchmark import (
     RUNTIMES,
     MixerAlone,
@@ -72,6 +78,9 @@ def parse_args(argv=None):
     parser.add_argument('--pin-malloc', action='store_true',
                         help='glibc: large allocations from the heap, no trimming (steady '
                         'PyTorch eager times; see the module docstring)')
+    parser.add_argument('--heads', nargs='+', choices=('low-res', 'stock'), default=['low-res'],
+                        help="whole models' decode head: as load_segmentor runs it "
+                        "(LowResFusionSegformerHead) and/or mmseg's SegformerHead as it computes")
     parser.add_argument('--out', default='work_dirs/benchmark_onnx')
     return parser.parse_args(argv)
 
@@ -139,13 +148,17 @@ def main(argv=None) -> int:
         f'demo-{k}': v for k, v in demo_model_configs(DEMO, args.variants).items()}
     configs.update({f'B3-{name}': b3_config(name, args.b3_scale) for name in args.b3 or []})
     results = []
-    for name, cfg in configs.items():
+    for (name, base_cfg), head in itertools.product(configs.items(), args.heads):
+        cfg = copy.deepcopy(base_cfg)
+        if head == 'low-res':  # as load_segmentor builds it, for PyTorch and the export alike
+            use_low_res_fusion(cfg.model)
         torch.manual_seed(0)
         model = MODELS.build(cfg.model)
         model.init_weights()
         model.eval()
         inputs = prepared_input(cfg, image, model)
-        result = compare_backends(name, model, inputs, args.repeats, args.threads,
+        result = compare_backends(name if head == 'low-res' else f'{name}+stock-head', model,
+                                  inputs, args.repeats, args.threads,
                                   runtimes=tuple(args.runtimes))
         print(result, flush=True)
         results.append(result)
