@@ -2,8 +2,8 @@
 same function, a third of the work.
 
 mmseg's head projects each backbone map ``x_i`` to ``C`` channels (``p_i = P_i x_i``, a 1x1
-ConvModule), resizes all to the finest map's size (``up``), concatenates them and fuses with a
-1x1 conv ``W`` of shape ``(C, n C)`` followed by norm and activation::
+ConvModule), resizes all to the first (finest) map's size (``up``), concatenates them and fuses
+with a 1x1 conv ``W`` of shape ``(C, n C)`` followed by norm and activation::
 
     y = act(norm(W cat_i up(p_i))) = act(norm(sum_i up(W_i p_i)))
 
