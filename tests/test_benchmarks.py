@@ -225,10 +225,13 @@ def test_mixer_benchmark_plots_without_memory(tmp_path):
 def test_model_benchmark_quick(tmp_path):
     configs = [osp.join(ROOT, 'configs', f'segformer_{name}_b3_cityscapes.py')
                for name in ('afno', 'esa')]
-    code = benchmark_model.main(['--quick', '--out', str(tmp_path), '--configs', *configs])
+    code = benchmark_model.main(['--quick', '--out', str(tmp_path), '--configs', *configs,
+                                 '--heads', 'stock', 'low-res'])
     assert code == 0
     rows = read_csv(tmp_path / 'models_cpu.csv')
-    assert [r['config'] for r in rows] == [osp.basename(c) for c in configs]
+    assert [r['config'] for r in rows] == [
+        osp.basename(c) + suffix for c in configs for suffix in ('', '+low-res-head')]
+    assert rows[0]['params_m'] == rows[1]['params_m']  # the same head's parameters
     for row in rows:
         assert row['status'] == 'ok'
         assert float(row['train_s']) > 0 and float(row['infer_img_s']) > 0

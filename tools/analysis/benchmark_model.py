@@ -28,9 +28,12 @@ Usage::
     python tools/analysis/benchmark_model.py --quick --out /tmp/b       # seconds: B0-sized, 64 px
     python tools/analysis/benchmark_model.py --configs \
         mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py --mixer afno  # any SegFormer
+    python tools/analysis/benchmark_model.py --configs configs/segformer_afno_b3_cityscapes.py \
+        --heads stock low-res  # mmseg's decode head against LowResFusionSegformerHead
 """
 import argparse
 import glob
+import itertools
 import logging
 import os
 import os.path as osp
@@ -51,6 +54,7 @@ from afno_seg.experiments.benchmarking import (
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+HEADS = ('stock', 'low-res')
 FIELDS = ['config', 'mixers', 'device', 'amp', 'crop', 'batch', 'params_m', 'status', 'train_s',
           'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
           'infer_img_s', 'infer_times_s']
@@ -75,6 +79,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         '32-channel head, 64 px crop, batch 1, 1 round, no warm-up')
     parser.add_argument('--mixer', metavar='SPEC', help='every config\'s MiT backbone as MixerMiT '
                         'with these mixers (afno, afno+afno+esa+esa, afno:sparsity_threshold=0.1)')
+    parser.add_argument('--heads', nargs='+', choices=HEADS, default=['stock'],
+                        help='decode head: the config\'s (stock) and/or, in place of a '
+                        'SegformerHead, LowResFusionSegformerHead (low-res; row '
+                        'CONFIG+low-res-head)')
     args = parse_run_arguments(parser, argv)
     if args.mixer:
         from afno_seg.engine import UserError
@@ -92,9 +100,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def prepare_cfg(path: str, args: argparse.Namespace):
+def prepare_cfg(path: str, args: argparse.Namespace, head: str = 'stock'):
+    from afno_seg.decode_heads import use_low_res_fusion
+    from afno_seg.engine import UserError
     from afno_seg.mixer_switch import load_switched_config
     cfg = load_switched_config(path, args.mixer)  # also a path as mmseg::segformer/...
+    if head == 'low-res' and not use_low_res_fusion(cfg.model):
+        raise UserError(f'--heads low-res: {path} has no SegformerHead to switch')
     backbone = cfg.model.backbone
     backbone.init_cfg = None  # random weights: no pretrained file needed
     if 'base_img_size' in backbone:
@@ -141,14 +153,15 @@ def random_batch(args, num_classes: int, generator: torch.Generator) -> dict:
 class Entry:
     """One config's model, optimizer wrapper and measurements."""
 
-    def __init__(self, path: str, args: argparse.Namespace, device: torch.device) -> None:
+    def __init__(self, path: str, args: argparse.Namespace, device: torch.device,
+                 head: str = 'stock') -> None:
         from mmengine.model import revert_sync_batchnorm
         from mmengine.optim import build_optim_wrapper
         from mmseg.registry import MODELS
-        self.cfg = prepare_cfg(path, args)
+        self.cfg = prepare_cfg(path, args, head)
         mixers = self.cfg.model.backbone.mixers
         mixers = [mixers] if isinstance(mixers, dict) else mixers
-        self.row = dict(config=osp.basename(path), device=args.device, amp=args.amp,
+        self.row = dict(config=row_name(path, head), device=args.device, amp=args.amp,
                         crop=args.crop, batch=args.batch, status='ok',
                         mixers='/'.join(m['type'].replace('Mixer', '') for m in mixers))
         self.model = revert_sync_batchnorm(MODELS.build(self.cfg.model))
@@ -208,13 +221,17 @@ def inference_inputs(entry: Entry, args, device: torch.device) -> torch.Tensor:
     return data['inputs'].to(device)
 
 
+def row_name(path: str, head: str) -> str:
+    return osp.basename(path) + ('+low-res-head' if head == 'low-res' else '')
+
+
 def run(args: argparse.Namespace, device: torch.device, entries: list, failed: list) -> None:
     """Build every model, then train and infer in rounds; fills ``entries`` and ``failed``."""
-    for path in args.configs:
+    for path, head in itertools.product(args.configs, args.heads):
         try:
-            entries.append(Entry(path, args, device))
+            entries.append(Entry(path, args, device, head))
         except Exception as error:  # noqa: BLE001  (record it, go on with the next config)
-            failed.append(dict(config=osp.basename(path), status=error_text(error)))
+            failed.append(dict(config=row_name(path, head), status=error_text(error)))
     print(f'built {len(entries)} models', flush=True)
     live = list(entries)
     for round_index in range(args.warmup + args.iters):
