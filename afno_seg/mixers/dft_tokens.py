@@ -131,9 +131,11 @@ def _build(kind: str, n: int, a: int, b: int) -> Tensor:
         'f2'  (n1, 2 n2, 2 n2)     second DFT with the twiddle, per k1, rows (part, k2);
                                    'f2_rows' rows (k2, part)
         'g2'  (2, n1, n2, 2 n2)    the inverse's first, per k1: [part, k1, m2, (part, k2)]
-        'wf2' (2, 1, n1, k2w, 2 n2)  W real -> complex, second DFT, k2 < k2w = ceil(cols / n1)
-        'wg2' (2, n1, n2, 2 k2w)   W inverse, first, the Hermitian weights folded in
-        'wg1' (n1, 2 n1)           W inverse, last, real part only
+        'wf2' (n1, 2 k2w, 2 n2)    W real -> complex, second DFT, per k1, rows (part, k2),
+                                   k2 < k2w = ceil(cols / n1)
+        'wg2' (n1, 2 n2, 2 k2w)    W inverse, first, per k1, rows (part, m2), the Hermitian
+                                   weights folded in
+        'wg1' (n1, 2 n1)           W inverse, last, real part only, columns (k1, part)
     """
     scale = 1 / math.sqrt(n)
     if kind == 'w':
@@ -181,16 +183,15 @@ def _build(kind: str, n: int, a: int, b: int) -> Tensor:
     cols = n // 2 + 1  # factored W: full band
     k2w = -(-cols // n1)
     if kind == 'wf2':
-        block = _block(*_twiddled(n, n1, k2w, n2, -1.0))  # (k1, 2, k2, 2, m2)
-        return block.transpose(0, 1).reshape(2, 1, n1, k2w, 2 * n2)
+        return _block(*_twiddled(n, n1, k2w, n2, -1.0)).reshape(n1, 2 * k2w, 2 * n2)
     if kind == 'wg2':
         cos, sin = _twiddled(n, n1, k2w, n2, 1.0)  # (k1, k2, m2)
         weight = hermitian_weight(torch.arange(n1)[:, None] + n1 * torch.arange(k2w), n, cols)
         block = _block((cos * weight[..., None]).mT, (sin * weight[..., None]).mT)
-        return block.transpose(0, 1).reshape(2, n1, n2, 2 * k2w)
+        return block.reshape(n1, 2 * n2, 2 * k2w)  # (k1, 2, m2, 2, k2)
     if kind == 'wg1':
         cos, sin = phase(torch.arange(n1), torch.arange(n1), n1, 1.0)
-        return torch.cat([cos, -sin], dim=1) * scale
+        return torch.stack([cos, -sin], dim=2).reshape(n1, 2 * n1) * scale
     raise ValueError(f'unknown matrix kind {kind!r}')
 
 
@@ -245,8 +246,11 @@ def _rdft_w(grid: Tensor, cols: int, factor: tuple[int, int] | None) -> Tensor:
         return _get('w', width, cols, 0, grid) @ grid.unsqueeze(1)
     n1, n2 = factor
     first = _get('real_rows', width, n1, 0, grid) @ grid.reshape(batch, height, n1, n2 * channels)
-    # (2, 1, n1, k2w, 2 n2) @ (B, 1, H, n1, (part, m2), C) -> (B, 2, H, n1, k2w, C)
-    out = _get('wf2', width, n1, n2, grid) @ first.reshape(batch, 1, height, n1, 2 * n2, channels)
+    # per k1, (part, k2) from (part, m2): (n1, 2 k2w, 2 n2) @ (B, H, n1, 2 n2, C); the output's
+    # part axis in the rows, not a broadcast axis, halves the number of (small) GEMMs
+    out = _get('wf2', width, n1, n2, grid) @ first.reshape(batch, height, n1, 2 * n2, channels)
+    # the part axis above H: (B, H n1, 2, k2w C) -> (B, 2, H n1, k2w C), runs of k2w C values
+    out = out.reshape(batch, height * n1, 2, -1).transpose(1, 2)
     return out.reshape(batch, 2, height, -1, channels)
 
 
@@ -258,9 +262,9 @@ def _irdft_w(out: Tensor, width: int, factor: tuple[int, int] | None) -> Tensor:
     n1, n2 = factor
     # (B, H, part, k1, k2 C) -> (B, H, k1, part, k2 C); then per k1 (part, k2) -> (part, m2)
     z = out.reshape(batch, height, 2, n1, -1).transpose(2, 3)
-    first = _get('wg2', width, n1, n2, out) @ z.reshape(batch, height, 1, n1, 2 * (cols // n1),
+    first = _get('wg2', width, n1, n2, out) @ z.reshape(batch, height, n1, 2 * (cols // n1),
                                                         channels)
-    # the real part of the last n1-point product: (n1, (part, k1)) @ (B, H, (part, k1), m2 C)
+    # the real part of the last n1-point product: (n1, (k1, part)) @ (B, H, (k1, part), m2 C)
     last = _get('wg1', width, n1, n2, out) @ first.reshape(batch, height, 2 * n1, n2 * channels)
     return last.reshape(batch, height, width, channels)
 
