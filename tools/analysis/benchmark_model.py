@@ -43,6 +43,7 @@ import time
 
 import torch
 
+from afno_seg.decode_heads import HEADS
 from afno_seg.experiments.benchmarking import (
     environment,
     error_text,
@@ -54,7 +55,6 @@ from afno_seg.experiments.benchmarking import (
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-HEADS = ('stock', 'low-res')
 FIELDS = ['config', 'mixers', 'device', 'amp', 'crop', 'batch', 'params_m', 'status', 'train_s',
           'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
           'infer_img_s', 'infer_times_s']

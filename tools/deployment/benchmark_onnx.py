@@ -37,7 +37,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import afno_seg  # noqa: F401
-from afno_seg.decode_heads import use_low_res_fusion
+from afno_seg.decode_heads import HEADS, use_low_res_fusion
 from afno_seg.deployment.benchmark import (
     RUNTIMES,
     MixerAlone,
@@ -78,7 +78,7 @@ def parse_args(argv=None):
     parser.add_argument('--pin-malloc', action='store_true',
                         help='glibc: large allocations from the heap, no trimming (steady '
                         'PyTorch eager times; see the module docstring)')
-    parser.add_argument('--heads', nargs='+', choices=('low-res', 'stock'), default=['low-res'],
+    parser.add_argument('--heads', nargs='+', choices=HEADS, default=['low-res'],
                         help="whole models' decode head: as load_segmentor runs it "
                         "(LowResFusionSegformerHead) and/or mmseg's SegformerHead as it computes")
     parser.add_argument('--out', default='work_dirs/benchmark_onnx')
