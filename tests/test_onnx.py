@@ -31,6 +31,7 @@ from conftest import (
     ONE_LAYER,
     TINY_CONFIG,
     check,
+    load_script,
     onnx_ops,
     run_tool,
     save_segmentor_checkpoint,
@@ -207,3 +208,58 @@ def test_bad_checkpoint_is_named_by_the_export_tool(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and 'garbage.pth' in lines[0] and 'not a readable' in lines[0], lines
     assert not os.path.exists(tmp_path / 'x.onnx')
+
+
+def _two_layer_graph(path) -> str:
+    """``tanh(sigmoid(x W1) W2)`` with a symbolic first dimension: 2 MatMul nodes, 1 Sigmoid,
+    1 Tanh (none of which onnxruntime fuses)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((64, 64), dtype=np.float32), name)
+               for name in ('w1', 'w2')]
+    nodes = [helper.make_node('MatMul', ['x', 'w1'], ['h'], name='first'),
+             helper.make_node('Sigmoid', ['h'], ['s'], name='squash'),
+             helper.make_node('MatMul', ['s', 'w2'], ['z'], name='second'),
+             helper.make_node('Tanh', ['z'], ['y'], name='out')]
+    graph = helper.make_graph(
+        nodes, 'two_layers', [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 64])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 64])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 20)], ir_version=10)
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_profile_tool_reports_kernel_time_by_op_and_node(tmp_path):
+    from afno_seg.deployment.onnx_profile import profile_onnx
+    path = _two_layer_graph(tmp_path / 'two.onnx')
+    profile = profile_onnx(path, runs=4, input_shape=[2048, 64])
+    assert set(profile.ops) == {'MatMul', 'Sigmoid', 'Tanh'}
+    assert sorted(n.name for n in profile.nodes) == ['first', 'out', 'second', 'squash']
+    matmuls = [n for n in profile.nodes if n.op == 'MatMul']
+    assert {n.inputs for n in matmuls} == {'2048x64'}  # the prepacked weights not listed
+    assert profile.ops['MatMul'] == pytest.approx(sum(n.ms for n in matmuls))
+    assert len(profile.run_ms) == 4 and 0 < profile.kernel_ms <= 1.02 * max(profile.run_ms)
+    with pytest.raises(UserError, match=r"input 'x' has symbolic dimensions.*--input-shape"):
+        profile_onnx(path)
+
+    tool = load_script('tools/deployment/profile_onnx.py')
+    tool.main([path, '--input-shape', '16', '64', '--runs', '1', '--top', '1',
+               '--out', str(tmp_path / 'profile.md')])
+    table = (tmp_path / 'profile.md').read_text()
+    assert '| MatMul |' in table and table.count('| Tanh |') == 1  # one op row, one node at most
+
+
+def test_profile_summary_leaves_out_the_warm_up_run():
+    from afno_seg.deployment.onnx_profile import _summarise
+
+    def node(ts, dur, name='mm', op='MatMul'):
+        return dict(cat='Node', name=f'{name}_kernel_time', ts=ts, dur=dur,
+                    args=dict(op_name=op, input_type_shape=[{'float': [2, 3]}]))
+
+    events = [dict(cat='Session', name='model_run', ts=0), node(1, 1000),
+              dict(cat='Session', name='model_run', ts=10), node(11, 5), node(12, 2, 'r', 'Relu'),
+              dict(cat='Session', name='model_run', ts=20), node(21, 7)]
+    ops, nodes = _summarise(events, skip_runs=1)
+    assert ops == {'MatMul': 12, 'Relu': 2}
+    assert [(n.name, n.ms, n.inputs) for n in nodes] == [('mm', 12, '2x3'), ('r', 2, '2x3')]

@@ -8,6 +8,7 @@ side in one process: PyTorch and the runtimes alternate in each round, ``repeats
 warm-up, on the same number of threads; the ratios of the medians are reported (absolute times on
 a shared machine are noise).
 """
+import contextlib
 import os
 import os.path as osp
 import statistics
@@ -93,7 +94,8 @@ class MixerAlone(torch.nn.Module):
 
 def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                      threads: int = 1, work_dir: str | None = None,
-                     runtimes: tuple[str, ...] = RUNTIMES) -> ParityResult:
+                     runtimes: tuple[str, ...] = RUNTIMES,
+                     onnx_dir: str | None = None) -> ParityResult:
     """Export ``model`` at the size of ``inputs`` in each DFT form, then compare and time PyTorch
     and every runtime side by side (alternating in each round, the first round a warm-up).
 
@@ -107,14 +109,22 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
         work_dir (str, optional): Where the .onnx files go (a temporary folder if None).
             Default: None.
         runtimes (tuple[str, ...]): Subset of ``RUNTIMES``. Default: all.
+        onnx_dir (str, optional): Keep the exported files there, ``NAME-SIZE-FORM.onnx``
+            (for ``tools/deployment/profile_onnx.py``). Default: None (deleted).
     """
     torch.set_num_threads(threads)
     segmentor = hasattr(model, 'encode_decode')
     network = SegmentorLogits(model.eval()) if segmentor else model.eval()
     forms = sorted({'op' if runtime == 'ort-op' else 'matmul' for runtime in runtimes})
     sessions = {}
-    with tempfile.TemporaryDirectory(dir=work_dir) as folder:
-        paths = {form: osp.join(folder, f'{name}-{form}.onnx') for form in forms}
+    size = 'x'.join(str(s) for s in (inputs.shape[2:] if segmentor else model.hw_shape))
+    if not segmentor:
+        size = f'{inputs.shape[-1]} @ {size}'
+    folder_context = (contextlib.nullcontext(ensure_dir(onnx_dir)) if onnx_dir else
+                      tempfile.TemporaryDirectory(dir=work_dir))
+    with folder_context as folder:
+        stem = f'{name}-{size}'.replace(' @ ', '@')
+        paths = {form: osp.join(folder, f'{stem}-{form}.onnx') for form in forms}
         start = time.perf_counter()
         for form, path in paths.items():
             if segmentor:
@@ -145,9 +155,6 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                                 ratio=round(medians[runtime] / medians['torch'], 3),
                                 max_abs_diff=float(np.abs(output - expected).max()),
                                 argmax_agreement=agreement)
-    size = 'x'.join(str(s) for s in (inputs.shape[2:] if segmentor else model.hw_shape))
-    if not segmentor:
-        size = f'{inputs.shape[-1]} @ {size}'
     return ParityResult(name, size, float(np.abs(expected).max()), round(medians['torch'], 2),
                         round(export_seconds, 1), results)
 

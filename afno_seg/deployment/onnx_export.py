@@ -151,8 +151,11 @@ def _drop_intermediate_shapes(path: str) -> None:
     onnx.save(model, path)
 
 
-def onnx_session(path: str, threads: int | None = None, device: str = 'cpu'):
-    """An onnxruntime ``InferenceSession`` of ``path`` (CUDA provider first for ``cuda``)."""
+def onnx_session(path: str, threads: int | None = None, device: str = 'cpu',
+                 profile_prefix: str | None = None):
+    """An onnxruntime ``InferenceSession`` of ``path`` (CUDA provider first for ``cuda``);
+    ``profile_prefix``: onnxruntime's profiler on, its JSON file named from this prefix
+    (:mod:`.onnx_profile`)."""
     import onnxruntime
     if not osp.isfile(path):
         raise UserError(f'ONNX file not found: {path}')
@@ -160,6 +163,9 @@ def onnx_session(path: str, threads: int | None = None, device: str = 'cpu'):
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    if profile_prefix:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     providers = ['CPUExecutionProvider']
     if device.startswith('cuda'):
         providers.insert(0, 'CUDAExecutionProvider')

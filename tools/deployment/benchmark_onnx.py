@@ -3,7 +3,7 @@
     python tools/deployment/benchmark_onnx.py [--variants afno gfn ...] [--b3 afno esa]
         [--b3-scale 512 256] [--mixers-alone H W C]... [--stage-points] [--no-demo]
         [--runtimes ort-op ort-matmul openvino] [--repeats 5] [--threads 1] [--pin-malloc]
-        [--heads low-res stock] [--out work_dirs/benchmark_onnx]
+        [--heads low-res stock] [--out work_dirs/benchmark_onnx] [--onnx-dir DIR]
 
 Models: the demo config with each mixer variant (random initialisation; the demo's test resize,
 512x256), and the B3 configs named by ``--b3`` at full width with the test resize reduced to
@@ -82,6 +82,8 @@ def parse_args(argv=None):
                         help="whole models' decode head: as load_segmentor runs it "
                         "(LowResFusionSegformerHead) and/or mmseg's SegformerHead as it computes")
     parser.add_argument('--out', default='work_dirs/benchmark_onnx')
+    parser.add_argument('--onnx-dir', help='keep the exported graphs here (NAME-SIZE-FORM.onnx), '
+                        'e.g. for tools/deployment/profile_onnx.py; default: deleted')
     return parser.parse_args(argv)
 
 
@@ -122,7 +124,7 @@ def mixers_alone(args) -> list:
             tokens = torch.randn(1, height * width, channels)
             result = compare_backends(f'mixer-{name}', MixerAlone(mixer, (height, width)),
                                       tokens, args.repeats, args.threads,
-                                      runtimes=tuple(args.runtimes))
+                                      runtimes=tuple(args.runtimes), onnx_dir=args.onnx_dir)
             print(result, flush=True)
             results.append(result)
     return results
@@ -159,7 +161,7 @@ def main(argv=None) -> int:
         inputs = prepared_input(cfg, image, model)
         result = compare_backends(name if head == 'low-res' else f'{name}+stock-head', model,
                                   inputs, args.repeats, args.threads,
-                                  runtimes=tuple(args.runtimes))
+                                  runtimes=tuple(args.runtimes), onnx_dir=args.onnx_dir)
         print(result, flush=True)
         results.append(result)
     results += mixers_alone(args)

@@ -1,0 +1,41 @@
+"""Where an ONNX file spends its time in onnxruntime: kernel time by operator type and by node.
+
+    python tools/deployment/profile_onnx.py FILE.onnx [--runs 3] [--threads 1] [--top 20]
+        [--input-shape 1 3 512 1024] [--out profile.md]
+
+Random inputs; one warm-up run, then ``--runs`` profiled runs averaged (onnxruntime's own
+profiler). ``--input-shape`` gives the input's sizes where the graph has symbolic ones (a
+``--dynamic`` export). Files to profile: ``pytorch2onnx.py --out``, or the graphs that
+``benchmark_onnx.py --onnx-dir DIR`` timed. Prints a markdown table; ``--out`` also writes it.
+"""
+import argparse
+import sys
+
+from afno_seg.deployment.onnx_profile import profile_onnx
+from afno_seg.engine import run_tool
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Profile an ONNX file in onnxruntime')
+    parser.add_argument('onnx', help='the .onnx file')
+    parser.add_argument('--runs', type=int, default=3, help='profiled runs after a warm-up')
+    parser.add_argument('--threads', type=int, default=1, help="onnxruntime's intra-op threads")
+    parser.add_argument('--top', type=int, default=20, help='nodes listed, slowest first')
+    parser.add_argument('--input-shape', type=int, nargs='+', metavar='SIZE',
+                        help='input sizes where the graph has symbolic ones')
+    parser.add_argument('--out', help='also write the table to this markdown file')
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    table = profile_onnx(args.onnx, runs=args.runs, threads=args.threads,
+                         input_shape=args.input_shape).table(top=args.top)
+    print(table)
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(table + '\n')
+
+
+if __name__ == '__main__':
+    sys.exit(run_tool(main))
