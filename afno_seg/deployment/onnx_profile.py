@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,10 +55,8 @@ class OnnxProfile:
                  f'a warm-up; wall {np.mean(self.run_ms):.1f} ms a run, kernel time '
                  f'{self.kernel_ms:.1f} ms a run', '',
                  '| op | ms a run | share | nodes |', '|---|---|---|---|']
-        counts = {}
-        for node in self.nodes:
-            counts[node.op] = counts.get(node.op, 0) + 1
-        lines += [f'| {op} | {ms:.2f} | {ms / total:.1%} | {counts.get(op, 0)} |'
+        counts = Counter(node.op for node in self.nodes)
+        lines += [f'| {op} | {ms:.2f} | {ms / total:.1%} | {counts[op]} |'
                   for op, ms in self.ops.items()]
         lines += ['', f'| node (top {top}) | op | ms a run | share | input shapes |',
                   '|---|---|---|---|---|']
