@@ -6,7 +6,7 @@ copy's ``afno_seg/mixers/`` with the page's import line; the project's own suite
 run on the copy (one interpreter for all the tools, one for the suites): the new mixer is
 registered, built in MiT and ViT, put through the contract suite, FLOP-checked, benchmarked,
 listed and written as a base config exactly as the page shows. Also: the mixers package never
-imports a backbone, and the README's table is the catalogue's.
+imports a backbone, and the table of docs/mixers.md is the catalogue's.
 """
 import ast
 import csv
@@ -145,11 +145,11 @@ def test_mixers_import_no_backbone():
 
 
 def test_readme_mixer_table_and_base_configs_are_the_catalogue():
-    readme = (ROOT / 'README.md').read_text()
+    readme = (ROOT / 'docs' / 'mixers.md').read_text()
     block = readme.split('<!-- mixer-catalogue:begin -->\n')[1].split('<!-- mixer-catalogue:end')[0]
     assert block == catalogue_markdown(), (
-        'README.md: the mixer table is out of date; run python tools/analysis/list_mixers.py '
-        '--update README.md')
+        'docs/mixers.md: the mixer table is out of date; run python tools/analysis/list_mixers.py '
+        '--update docs/mixers.md')
     assert set(mixer_variants()) <= set(re.findall(r'^\| `([^`]+)`', block, flags=re.M))
     bases = ROOT / 'configs' / '_base_' / 'mixers'
     assert sorted(p.stem for p in bases.glob('*.py')) == sorted(mixer_variants())

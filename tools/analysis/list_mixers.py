@@ -1,13 +1,13 @@
 """Print the mixer catalogue: every registered mixer variant with its class, module and arguments.
 
     python tools/analysis/list_mixers.py                  # Markdown table on stdout
-    python tools/analysis/list_mixers.py --update README.md
+    python tools/analysis/list_mixers.py --update docs/mixers.md
     python tools/analysis/list_mixers.py --write-configs configs/_base_/mixers
 
 ``--update FILE`` replaces the table between the lines ``<!-- mixer-catalogue:begin -->`` and
-``<!-- mixer-catalogue:end -->`` of FILE (the README's table is kept that way, and a test checks
-it is current). ``--write-configs DIR`` writes ``DIR/{name}.py`` (``{name}_mixer = dict(...)``)
-for every listed variant, from its class's declaration.
+``<!-- mixer-catalogue:end -->`` of FILE (docs/mixers.md's table is kept that way, and a test
+checks it is current). ``--write-configs DIR`` writes ``DIR/{name}.py``
+(``{name}_mixer = dict(...)``) for every listed variant, from its class's declaration.
 """
 import argparse
 import sys
