@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent install of afno_seg into .venv/ (CPU machine; see README "Install" for GPU clusters).
+# Idempotent install of afno_seg into .venv/ (CPU machine; docs/install.md has GPU clusters).
 #
 #   bash tools/install.sh          # creates/updates .venv, then writes .venv/.afno_seg-installed
 #
@@ -9,7 +9,7 @@
 #      but mmcv's setup.py and mmengine import pkg_resources, which setuptools 81 removed).
 #   3. mmcv with compiled ops. No CPU wheel exists, so it is built once from the sdist and the wheel
 #      is cached in $AFNO_SEG_WHEEL_CACHE (default ~/.cache/afno_seg/wheels): later installs take
-#      seconds. torch 2.14's headers need C++20 while mmcv 2.1.0's setup.py hard-codes -std=c++17;
+#      seconds. The build took 11-31 minutes on 2-core x86-64 machines (2026-12). torch 2.14's headers need C++20 while mmcv 2.1.0's setup.py hard-codes -std=c++17;
 #      the unpacked sdist (a temporary folder, never site-packages) gets that one flag raised.
 #   4. The rest of requirements.txt, then afno_seg itself (pip install -e .).
 set -euo pipefail
@@ -51,7 +51,7 @@ if ! "$py" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '$mmcv_version'
   mkdir -p "$cache"
   cached=$(ls "$cache"/mmcv-"$mmcv_version"-*.whl 2>/dev/null | head -n1 || true)
   if [[ -z "$cached" ]]; then
-    log "building $mmcv_pin with ops from source (about 11 minutes on 2 cores, once; cached in $cache)"
+    log "building $mmcv_pin with ops from source (11-31 minutes on 2 cores, once; cached in $cache)"
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     # --no-build-isolation: setup.py imports torch to compile the ops against it.
