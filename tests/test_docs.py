@@ -293,7 +293,8 @@ def test_the_checks_reject_a_renamed_flag_a_moved_file_and_a_dead_link():
     assert not errors_of('`MAX_RESTARTS=2 bash tools/dist_train.sh c.py 8 --resume`')
     assert 'does not read the variable MAX_RESTART' in errors_of(
         '`MAX_RESTART=2 bash tools/dist_train.sh c.py 8`')[0]
-    assert 'passed on to tools/train.py' in errors_of('`bash tools/dist_train.sh c.py 8 --resum`')[0]
+    assert 'passed on to tools/train.py' in errors_of(
+        '`bash tools/dist_train.sh c.py 8 --resum`')[0]
     assert errors_of('`python -m afno_seg.analysis.no_such_module`')
     assert not path_errors('`tools/analysis/get_flops.py`, `docs/benchmarks/mixers_cpu.{md,csv}`')
     assert path_errors('see `tools/analysis/get_flop.py`') == [
