@@ -86,6 +86,7 @@ def parse_error(script: str, args: list[str]) -> str | None:
         raise ValueError(message)
 
     parser.error = fail
+    parser.allow_abbrev = False  # pages spell options out: a renamed one must not pass as a prefix
     try:
         parser.parse_args(args)
     except (ValueError, TypeError, SystemExit) as error:
@@ -120,7 +121,7 @@ def code_lines(text: str) -> list[str]:
                     variables[key] = expand(value, variables)
             else:
                 lines.append(expand(line, variables))
-    lines += [span.replace('\n', ' ') for span in re.findall(r'`([^`]+)`', prose)]
+    lines += [expand(span.replace('\n', ' '), {}) for span in re.findall(r'`([^`]+)`', prose)]
     return lines
 
 
