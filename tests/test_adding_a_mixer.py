@@ -144,7 +144,7 @@ def test_mixers_import_no_backbone():
                 assert not any('backbones' in alias.name for alias in node.names), path.name
 
 
-def test_readme_mixer_table_and_base_configs_are_the_catalogue():
+def test_mixer_table_of_docs_and_base_configs_are_the_catalogue():
     readme = (ROOT / 'docs' / 'mixers.md').read_text()
     block = readme.split('<!-- mixer-catalogue:begin -->\n')[1].split('<!-- mixer-catalogue:end')[0]
     assert block == catalogue_markdown(), (
