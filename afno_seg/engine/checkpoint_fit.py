@@ -1,24 +1,16 @@
 """Does a checkpoint fit the model? The one check of every state dict loaded into a model.
 
-mmengine loads a state dict with ``strict=False`` and prints a "missing keys" warning: a wrong file
-(another mixer's checkpoint, an empty state dict) then runs with randomly initialised weights and
-produces confident-looking garbage. One comparison, :func:`fit_report` (key names and shapes, no
-tensor data touched), serves every route:
-
-- evaluation, inference, export and analysis (:func:`load_weights`, :class:`CheckpointFitHook`
-  with ``strict=True``): every tensor of the model must be in the file, nothing else. A config may
-  declare tensors a checkpoint is not expected to hold with
-  ``checkpoint_new_keys = ['decode_head.conv_seg', ...]`` (key prefixes of the model);
-- pretrained backbones (:func:`load_state` after the backbone's key remap, as timm pairs a
-  ``checkpoint_filter_fn`` with one builder): every tensor outside the token mixers must fit,
-  because a miss always means a wrong ``arch`` or a wrong file; mixer tensors (the prefixes of the
-  model's :class:`~afno_seg.mixers.base.TokenMixer` modules, :func:`mixer_prefixes`) load where
-  name and shape match, and the summary names the rest;
-- fine-tuning (``load_from``: ``CheckpointFitHook(strict=False)``): partial loading, one line.
-
-A refusal is one message (:class:`CheckpointMismatchError`): found / total counts, the missing
-groups, for the backbone mixers which mixer tensors the checkpoint holds and which mixers the model
-has, and the checkpoint's own training config where its meta has it.
+mmengine loads with ``strict=False`` and warns: a wrong file (another mixer's checkpoint, an empty
+state dict) then runs with random weights and produces confident-looking garbage. One comparison,
+:func:`fit_report` (names and shapes, no tensor data), serves every route: evaluation, inference,
+export and analysis need every tensor and no other (:func:`load_weights`,
+:class:`CheckpointFitHook`; a config may list prefixes expected new in ``checkpoint_new_keys``);
+a pretrained backbone, after its key remap (as timm pairs a ``checkpoint_filter_fn`` with one
+builder), needs every tensor outside its token mixers, which are found by type
+(:func:`mixer_prefixes`) and load where name and shape match (:func:`load_state`); fine-tuning
+(``load_from``) loads what fits, with one line (:func:`log_fit`). A refusal is one message
+(:class:`CheckpointMismatchError`): counts, missing groups, what mixer tensors the file holds
+instead, and the config it was trained with when its meta has it.
 """
 import logging
 import re
@@ -46,11 +38,8 @@ class CheckpointMismatchError(UserError, RuntimeError):
 
 @dataclass
 class FitReport:
-    """Keys of the model's state dict against a checkpoint's.
-
-    ``new``: model tensors under the optional prefixes that keep their initialisation; ``unused``:
-    checkpoint tensors under them that the model does not take.
-    """
+    """Keys of the model's state dict against a checkpoint's; ``new``/``unused``: model /
+    checkpoint tensors under the optional prefixes that are not loaded."""
     total: int
     loaded: list = field(default_factory=list)
     missing: list = field(default_factory=list)

@@ -14,10 +14,8 @@
   closest registered names.
 - :func:`check_checkpoint` / :func:`check_config_checkpoints`: a checkpoint to load is a readable
   checkpoint file holding data only (:mod:`.checkpoint`); otherwise name it (before the Runner
-  logs its environment and config, hundreds of lines). The one rule for pretrained weights
-  (``init_cfg=dict(type='Pretrained', ...)``, mmseg's ``pretrained=``), for the project's configs
-  and ``--mixer`` alike: a missing local file is refused in one line that says where to get it,
-  unless the run asks to train from scratch (``tools/train.py --from-scratch``), which drops them.
+  logs its environment and config, hundreds of lines); a missing pretrained file is refused in
+  one line saying where to get it, unless ``tools/train.py --from-scratch`` drops them.
 
 The free space for a checkpoint is checked once the model exists, by
 :class:`~afno_seg.engine.checkpoint_hook.AtomicCheckpointHook`.
