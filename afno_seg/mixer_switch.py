@@ -14,11 +14,11 @@ that turns a config whose backbone is mmseg's ``MixVisionTransformer`` (or our `
   ``afno_seg`` so that the derived config, as the Runner writes it into the work_dir, builds
   without the switch;
 * pretrained weights (:func:`use_local_pretrained`): mmseg's configs point ``init_cfg`` at a URL;
-  the switch never downloads. It looks for the MiT weights of the config's size in
+  the switch never downloads. It points ``init_cfg`` at the MiT weights of the config's size in
   ``data/pretrained/`` (``mit_b0.pth`` ... ``mit_b5.pth``, the authors' release, or the file
-  name of mmseg's URL, mmseg's conversion) and uses them when present (mixer tensors that MiT
-  lacks stay freshly initialised, :func:`~afno_seg.backbones.mit_checkpoint.load_pretrained_mit`),
-  or trains from scratch after one warning line;
+  name of mmseg's URL, mmseg's conversion); training then follows the project's one rule
+  (:func:`~afno_seg.engine.preflight.check_config_checkpoints`: a missing file is refused in one
+  line, unless ``--from-scratch``; mixer tensors that MiT lacks start freshly initialised);
 * configs are given by path or as ``mmseg::segformer/...py`` (:func:`resolve_config_path`: the
   file inside the installed package; mmengine 0.10.7 resolves ``pkg::`` only inside ``_base_``).
 
@@ -166,16 +166,16 @@ def _is_url(path) -> bool:
 
 
 def use_local_pretrained(backbone: dict, pretrained_dir: str = PRETRAINED_DIR) -> str | None:
-    """Point ``backbone.init_cfg`` at local MiT weights, or drop it; say which in one line.
+    """Point ``backbone.init_cfg`` at local MiT weights; nothing is downloaded.
 
     A local checkpoint the config already names is kept when it exists. Otherwise
     ``pretrained_dir/mit_<size>.pth`` (the SegFormer authors' file) or the file name of the
-    config's URL there (mmseg's conversion, e.g. ``mit_b0_20220624-7e0fe6dd.pth``) is used when
-    present; else the backbone starts from MiT's random initialisation with one warning line.
-    Nothing is downloaded.
+    config's URL there (mmseg's conversion, e.g. ``mit_b0_20220624-7e0fe6dd.pth``), the first
+    that exists, else the first of these names: the training preflight refuses a missing file
+    unless ``--from-scratch``. A backbone of no MiT size drops ``init_cfg`` with one line.
 
     Returns:
-        str | None: The checkpoint path used, or None (from scratch).
+        str | None: The checkpoint path named, or None (no MiT weights apply).
     """
     init_cfg = backbone.get('init_cfg') or {}
     named = init_cfg.get('checkpoint') if isinstance(init_cfg, dict) else None
@@ -187,26 +187,19 @@ def use_local_pretrained(backbone: dict, pretrained_dir: str = PRETRAINED_DIR) -
         candidates.append(osp.join(pretrained_dir, f'mit_{size}.pth'))
     if _is_url(named):
         candidates.append(osp.join(pretrained_dir, osp.basename(named)))
-    found = next((path for path in candidates if osp.isfile(path)), None)
-    if found is not None:
-        backbone['init_cfg'] = dict(type='Pretrained', checkpoint=found)
+    if not candidates:
+        backbone['init_cfg'] = None
+        print_log('--mixer: the backbone sizes match no SegFormer MiT (b0-b5), so no MiT '
+                  'ImageNet weights apply; training from scratch', logger='current',
+                  level=logging.WARNING)
+        return None
+    found = next((path for path in candidates if osp.isfile(path)), candidates[0])
+    backbone['init_cfg'] = dict(type='Pretrained', checkpoint=found)
+    if osp.isfile(found):
         print_log(f'--mixer: MiT{"-" + size.upper() if size else ""} ImageNet weights from '
                   f'{found} (mixer tensors that MiT lacks start freshly initialised)',
                   logger='current', level=logging.INFO)
-        return found
-    backbone['init_cfg'] = None
-    if size is None:
-        message = ('--mixer: the backbone sizes match no SegFormer MiT (b0-b5), so no MiT '
-                   'ImageNet weights apply; training from scratch')
-    else:
-        also = f' (or mmseg\'s {osp.basename(named)})' if _is_url(named) else ''
-        where = osp.join(pretrained_dir, f'mit_{size}.pth')
-        message = (f'--mixer: no MiT-{size.upper()} ImageNet weights at {where}'
-                   f'; training from scratch. Put the SegFormer authors\' mit_{size}.pth there'
-                   f'{also} to start from them (github.com/NVlabs/SegFormer); nothing is '
-                   'downloaded')
-    print_log(message, logger='current', level=logging.WARNING)
-    return None
+    return found
 
 
 def switch_mixer(cfg: Config, spec: str | None, pretrained: bool = True,
@@ -217,9 +210,10 @@ def switch_mixer(cfg: Config, spec: str | None, pretrained: bool = True,
         cfg (Config): A loaded config (``--cfg-options`` already merged, so that a changed crop
             sets ``base_img_size``) whose ``model.backbone`` is one of :data:`SUPPORTED_BACKBONES`.
         spec (str | None): The ``--mixer`` spec; None returns ``cfg`` unchanged.
-        pretrained (bool): Training: use local MiT weights when present (one line either way,
-            :func:`use_local_pretrained`). False (evaluation, inference, costs: a checkpoint or
-            random weights follow): ``init_cfg`` is dropped silently. Default: True.
+        pretrained (bool): Training: name local MiT weights (:func:`use_local_pretrained`;
+            the training preflight refuses a missing file unless ``--from-scratch``). False
+            (evaluation, inference, costs: a checkpoint or random weights follow): ``init_cfg``
+            is dropped silently. Default: True.
         pretrained_dir (str): Folder of ``mit_b*.pth``. Default: ``data/pretrained``.
         default_work_dir (bool): ``cfg.work_dir`` is the tools' default
             (``work_dirs/<config stem>``): append ``_<spec>``, so that runs of one config with

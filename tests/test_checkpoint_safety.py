@@ -141,8 +141,8 @@ def test_converter_publisher_and_library_refuse_payload(evil, tmp_path, capsys):
     from mmseg.apis import init_model
 
     from afno_seg.backbones import load_pretrained_mit
-    from afno_seg.backbones.mit_checkpoint import read_checkpoint
-    for load in (check_checkpoint, read_checkpoint, load_checkpoint_file,
+    from afno_seg.engine.checkpoint import read_state_dict
+    for load in (check_checkpoint, read_state_dict, load_checkpoint_file,
                  lambda p: _load_checkpoint(p, map_location='cpu'),  # Runner, MMSegInferencer
                  lambda p: init_model(Config.fromfile(TINY_CONFIG), p, device='cpu'),
                  lambda p: load_pretrained_mit(torch.nn.Linear(1, 1), p)):  # init_cfg Pretrained
@@ -221,11 +221,11 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
                                                              capsys):
     from mmseg.apis import init_model
 
-    from afno_seg.backbones.mit_checkpoint import read_checkpoint
+    from afno_seg.engine.checkpoint import read_state_dict
     from afno_seg.experiments.spectrum_run import load_model
     check_checkpoint(str(trained))
     assert 'message_hub' in load_checkpoint_file(str(trained))
-    assert len(read_checkpoint(str(trained))) > 0
+    assert len(read_state_dict(str(trained))) > 0
     init_model(Config.fromfile(TINY_CONFIG), str(trained), device='cpu')
     load_model(TINY_CONFIG, str(trained))
     code = run_tool(lambda: tool('tools/test.py').main([
@@ -242,14 +242,15 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
 
 def test_fine_tuning_loads_partially_with_a_summary_line(trained, monkeypatch):
     """MiT ``init_cfg`` from a segmentor checkpoint: no opt-in, one summary line."""
-    from afno_seg.backbones import MixerMiT, mit_checkpoint
+    from afno_seg.backbones import MixerMiT, load_pretrained_mit
+    from afno_seg.engine import checkpoint_fit
     logged = []
-    monkeypatch.setattr(mit_checkpoint, 'print_log', lambda message, **_: logged.append(message))
+    monkeypatch.setattr(checkpoint_fit, 'print_log', lambda message, **_: logged.append(message))
     cfg = Config.fromfile(TINY_CONFIG).model.backbone
     backbone = MixerMiT(**{k: v for k, v in cfg.items() if k not in ('type', 'init_cfg')})
-    report = mit_checkpoint.load_pretrained_mit(backbone, str(trained), prefix='backbone.')
+    report = load_pretrained_mit(backbone, str(trained), prefix='backbone.')
     total = len(backbone.state_dict())
-    assert len(report['loaded']) + len(report['mixer_loaded']) == total
+    assert len(report.loaded) == total and report.new == [] and report.unused == []
     assert f"loaded {total} of the model's {total} tensors" in logged[0].splitlines()[0]
 
 

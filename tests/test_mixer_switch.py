@@ -177,12 +177,60 @@ def test_pretrained_weights_present(tmp_path, logged):
 
 
 def test_pretrained_weights_absent(tmp_path, logged):
+    """--mixer names the file where it should be; the training preflight refuses it missing, in
+    one line saying where to get it, unless --from-scratch, which drops it (one line)."""
+    from afno_seg.engine.preflight import PretrainedMissingError, check_config_checkpoints
     cfg = Config.fromfile(resolve_config_path(ADE_B0))
     assert '://' in cfg.model.backbone.init_cfg.checkpoint  # mmseg's URL, never fetched
     switch_mixer(cfg, 'gfn', pretrained_dir=str(tmp_path))
+    expected = str(tmp_path / 'mit_b0.pth')
+    assert cfg.model.backbone.init_cfg == dict(type='Pretrained', checkpoint=expected)
+    assert logged == []  # the preflight speaks
+    with pytest.raises(PretrainedMissingError) as error:
+        check_config_checkpoints(cfg)
+    message = str(error.value)
+    assert f"model.backbone.init_cfg.checkpoint='{expected}'" in message
+    assert 'github.com/NVlabs/SegFormer' in message and '--from-scratch' in message
+    assert '\n' not in message
+    check_config_checkpoints(cfg, from_scratch=True)
     assert cfg.model.backbone.init_cfg is None
-    assert len(logged) == 1
-    assert f'{tmp_path}/mit_b0.pth' in logged[0] and 'from scratch' in logged[0]
+    check_config_checkpoints(cfg)  # nothing left to refuse
+
+
+@pytest.mark.parametrize('route', ['config', '--mixer'])
+def test_train_refuses_a_missing_pretrained_file_before_building(route, tmp_path, monkeypatch,
+                                                                 capsys):
+    """The project's B3 config and an mmseg config with --mixer: one rule, one line, no Runner
+    (it would have made a log folder in the work_dir)."""
+    monkeypatch.chdir(tmp_path)  # no data/pretrained here
+    argv = ([str(ROOT / 'configs' / 'segformer_afno_b3_cityscapes.py')] if route == 'config'
+            else [ADE_B0, '--mixer', 'afno'])
+    work_dir = tmp_path / 'work'
+    err = one_line_error(capsys, 'tools/train.py', *argv, '--work-dir', str(work_dir))
+    size = 'b3' if route == 'config' else 'b0'
+    assert f"='data/pretrained/mit_{size}.pth' does not exist" in err
+    assert 'github.com/NVlabs/SegFormer' in err and '--from-scratch' in err
+    assert not list(work_dir.glob('*/*.log'))
+
+
+def test_from_scratch_builds_the_project_config_without_its_pretrained_file(tmp_path,
+                                                                            monkeypatch):
+    """--from-scratch on a project config: the Pretrained init_cfg is dropped and the model
+    initialises (the --mixer route trains end to end in test_ade20k_end_to_end)."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
+    from afno_seg.engine.preflight import check_config_checkpoints
+    monkeypatch.chdir(tmp_path)
+    cfg = Config.fromfile(str(ROOT / 'configs' / 'segformer_afno_b3_cityscapes.py'))
+    cfg.model.backbone.arch = 'b0'  # the rule does not depend on the size; B0 is quicker
+    sizes = ARCH_SETTINGS['b0']
+    cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
+    check_config_checkpoints(cfg, from_scratch=True)
+    assert cfg.model.backbone.init_cfg is None
+    init_default_scope('mmseg')
+    MODELS.build(cfg.model).init_weights()
 
 
 def test_depth_scaled_cost_equals_a_full_trace():
@@ -227,11 +275,13 @@ def test_ade20k_end_to_end(tmp_path):
     assert len(labels) == 2 and set(np.unique(labels)) <= set(ade20k_label_table().tolist())
     assert ade20k_label_table()[CLASSES.index('car')] == 21  # ADE20K's "car", 1-based
     work_dir = tmp_path / 'work'
-    # cwd without data/pretrained: the run says where the weights go and starts from scratch
+    # cwd without data/pretrained: --from-scratch trains without the weights, and says so
     result = check(run_tool(str(ROOT / 'tools' / 'train.py'), ADE_B0, '--mixer', 'afno',
-                            '--work-dir', str(work_dir), *ade_options(data), cwd=tmp_path))
+                            '--from-scratch', '--work-dir', str(work_dir), *ade_options(data),
+                            cwd=tmp_path))
     log = result.stdout + result.stderr
-    assert 'no MiT-B0 ImageNet weights at data/pretrained/mit_b0.pth' in log
+    assert ('--from-scratch: no pretrained weights (model.backbone.init_cfg.checkpoint='
+            'data/pretrained/mit_b0.pth)') in log
     assert 'mIoU' in log and 'Downloading' not in log and 'Traceback' not in log
     checkpoint = work_dir / 'iter_4.pth'
     assert checkpoint.is_file()

@@ -347,7 +347,7 @@ def test_classifier_checkpoint_initialises_segmentor(classifier_checkpoint, tiny
     assert any(not torch.equal(fresh.backbone.state_dict()[k], v) for k, v in trained.items())
     report = load_pretrained_mit(copy.deepcopy(segmentor.backbone), classifier_checkpoint,
                                  prefix='backbone.')
-    assert report['mixer_new'] == [] and report['unused'] == [] and report['skipped'] == []
+    assert report.new == [] and report.unused == [] and len(report.loaded) == len(trained)
 
     # Same image through each model's own data preprocessor and backbone: same features.
     cls_cfg = Config.fromfile(TINY_CLS_CONFIG)

@@ -30,9 +30,9 @@ from afno_seg.engine.checkpoint import (
     SAFETENSORS_META_KEY,
     add_trust_argument,
     load_checkpoint_file,
+    state_dict_of,
     trusted_checkpoints,
 )
-from afno_seg.engine.checkpoint_fit import state_dict_of
 
 #: meta entries that travel with published weights (mmengine writes more: time, seed, ...).
 KEPT_META = ('cfg', 'dataset_meta', 'experiment_name', 'iter', 'epoch', 'mmengine_version',

@@ -1,7 +1,7 @@
 """Train a segmentor (or classifier) from an OpenMMLab config, with mmseg's tools/train.py flags.
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp] [--mixer SPEC]
-                          [--cfg-options k=v ...]
+                          [--from-scratch] [--cfg-options k=v ...]
     bash tools/dist_train.sh CONFIG GPUS [args]          # torchrun, --launcher pytorch
 
 Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (bfloat16 autocast, BN for
@@ -54,6 +54,10 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    parser.add_argument('--from-scratch', action='store_true',
+                        help='train without the pretrained weights the config (or --mixer) '
+                        'names; without this switch a missing pretrained file stops the run '
+                        'before anything is built')
     add_trust_argument(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
@@ -85,8 +89,8 @@ def main(argv=None) -> None:
                   f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
                   level=logging.WARNING)
     cfg.resume = args.resume or restarted is not None
-    if not args.trust_checkpoint:  # load_from, the resumed file, init_cfg Pretrained files
-        check_config_checkpoints(cfg, cfg.resume)
+    # pretrained files present (or dropped: --from-scratch); load_from, resumed, pretrained safe
+    check_config_checkpoints(cfg, cfg.resume, args.from_scratch, args.trust_checkpoint)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
     runner = build_runner(cfg, loaders)
     runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file

@@ -18,7 +18,6 @@ then ``decode head`` and ``total``. Other backbones get one ``backbone`` row. Pa
 same split (norm modules' parameters go to ``norms``). Mixers with an analytic ``flops(hw_shape)``
 also get it summed per stage, to compare with the traced count.
 """
-import re
 from collections import Counter, defaultdict
 
 import torch
@@ -27,6 +26,7 @@ from mmengine.model.utils import revert_sync_batchnorm
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..backbones.mit_checkpoint import mit_position
 from .flops import FLOPS_PER_MAC, NORM_OPS, build_flop_analyzer, is_fft_op, tracing_for_flops
 
 __all__ = ['analyze_segmentor', 'COMPONENTS']
@@ -35,7 +35,6 @@ COMPONENTS = ('patch embedding', 'mixer: FFT', 'mixer: rest', 'FFN', 'norms')
 _NORM_MODULES = (nn.LayerNorm, nn.GroupNorm, _BatchNorm, nn.modules.instancenorm._InstanceNorm)
 _PART_NAMES = dict(backbone='backbone', neck='neck', decode_head='decode head',
                    auxiliary_head='auxiliary head')
-_LAYER_RE = re.compile(r'^backbone\.layers\.(\d+)\.(\d+)(?:\.(\d+)\.(\w+))?')
 
 
 class _TensorForward(nn.Module):
@@ -52,14 +51,13 @@ class _TensorForward(nn.Module):
 
 def _component(module_name: str, op: str) -> tuple[str, str]:
     """``(group, component)`` of an op run by ``module_name`` (names relative to the segmentor)."""
-    match = _LAYER_RE.match(module_name)
-    if match is None:
+    at = mit_position(module_name) if module_name.startswith('backbone.') else None
+    if at is None:
         return _PART_NAMES.get(module_name.split('.')[0], 'other'), 'all'
-    stage, slot, _, sub = match.groups()
-    group = f'stage {int(stage) + 1}'
-    if op in NORM_OPS or slot == '2' or sub in ('norm1', 'norm2'):
+    group, sub = f'stage {at.stage + 1}', at.part
+    if op in NORM_OPS or at.slot == 2 or sub in ('norm1', 'norm2'):
         return group, 'norms'
-    if slot == '0':
+    if at.slot == 0:
         return group, 'patch embedding'
     if sub == 'attn':
         return group, 'mixer: FFT' if is_fft_op(op) else 'mixer: rest'
@@ -96,7 +94,8 @@ def _hook_mixers(model: nn.Module) -> tuple[dict, list]:
     grids, handles = {}, []
     backbone = getattr(model, 'backbone', None)
     for name, module in (backbone.named_modules() if backbone is not None else []):
-        if re.fullmatch(r'layers\.\d+\.1\.\d+\.attn', name):
+        at = mit_position(name)
+        if at is not None and at.slot == 1 and at.part == 'attn' and not at.rest:
 
             def hook(mod, args, _name=name):
                 if len(args) < 2:
@@ -112,7 +111,7 @@ def _analytic_flops(model: nn.Module, grids: dict) -> dict[str, dict[str, float]
     """Per stage: the mixers' analytic FLOPs, split into ``fft`` and the rest."""
     totals = defaultdict(lambda: defaultdict(float))
     for name, grid in grids.items():
-        stage = int(name.split('.')[1]) + 1
+        stage = mit_position(name).stage + 1
         mixer = model.backbone.get_submodule(name)
         if not callable(getattr(mixer, 'flops', None)):
             continue
@@ -175,7 +174,7 @@ def analyze_segmentor(model: nn.Module, image_hw: tuple[int, int], attention_sta
     analytic = _analytic_flops(model, grids)
     stages = {}
     for name, grid in grids.items():
-        stage = stages.setdefault(f'stage {int(name.split(".")[1]) + 1}', dict(
+        stage = stages.setdefault(f'stage {mit_position(name).stage + 1}', dict(
             grid=list(grid), mixers=Counter(), channels=getattr(
                 model.backbone.get_submodule(name), 'embed_dims', None)))
         stage['mixers'][type(model.backbone.get_submodule(name)).__name__] += 1

@@ -1,4 +1,5 @@
-"""Loading MiT ImageNet checkpoints into :class:`~afno_seg.backbones.MixerMiT`.
+"""MiT's key layout, written once: pretrained MiT files remapped onto MixerMiT, and the place of a
+module in a MiT backbone.
 
 Two key layouts exist for the same weights:
 
@@ -10,52 +11,48 @@ Two key layouts exist for the same weights:
   ``.attn.sr``, ``.attn.norm``, ``layers.{i}.1.{j}.ffn.layers.{0,1,4}`` (1x1 convs),
   ``layers.{i}.2``.
 
-Policy (why errors rather than warnings): every tensor outside the mixers (patch embeddings,
-norms, Mix-FFNs) must load, and a missing, unexpected or mis-shaped one is an error, because it
-always means a wrong ``arch`` or a wrong file, and finding that out after a 160k-iteration run on
-8 GPUs is far costlier than at start-up. Mixer tensors (``layers.{i}.1.{j}.attn.*``) load where
-name and shape match (efficient attention loads completely); the rest are logged as newly
-initialised, and checkpoint attention tensors that the chosen mixer lacks are logged as unused.
-The classifier ``head.*`` is logged as skipped. Nothing is dropped without a log line.
+:func:`load_pretrained_mit` is the key remap (:func:`mit_state_dict`) plus the project's one fit
+check (:func:`~afno_seg.engine.checkpoint_fit.load_state`): every tensor outside the token mixers
+must load (a miss means a wrong ``arch`` or a wrong file, cheaper found at start-up than after a
+160k-iteration run); mixer tensors load where name and shape match (efficient attention loads
+completely); the classifier ``head.*`` is skipped; the log names every tensor left out.
+:func:`mit_position` reads ``layers.{stage}.{slot}[.{layer}.{part}]`` for the cost breakdown and
+the spectrum probe.
 """
-import logging
-import os.path as osp
 import re
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
+from typing import NamedTuple
 
 import torch
-from mmengine.logging import print_log
 from torch import Tensor, nn
 
-from ..engine.checkpoint import load_checkpoint_file
+from ..engine.checkpoint import read_state_dict
+from ..engine.checkpoint_fit import FitReport, load_state, mixer_prefixes
 
-__all__ = ['WHERE_TO_GET', 'read_checkpoint', 'detect_layout', 'official_to_mmseg',
-           'load_pretrained_mit']
+__all__ = ['MitPosition', 'detect_layout', 'load_pretrained_mit', 'mit_position',
+           'mit_state_dict', 'official_to_mmseg']
 
-WHERE_TO_GET = ('MiT ImageNet-1K weights (mit_b0.pth .. mit_b5.pth) are released by the SegFormer '
-                'authors (github.com/NVlabs/SegFormer, README section "Training": '
-                '"Download ImageNet-1K pretrained weights"); put the file at that path, '
-                'e.g. data/pretrained/mit_b3.pth. Nothing is downloaded at run time.')
-MIXER_KEY = re.compile(r'^layers\.(\d+)\.1\.(\d+)\.attn\.(.+)$')
+#: A module of a MiT backbone (MixerMiT and mmseg's MixVisionTransformer share the tree), by its
+#: name in the backbone or in a model around it: slot 0 the patch embedding, 1 the encoder layers
+#: (``.{layer}.{attn|ffn|norm1|norm2}``), 2 the stage norm.
+_MIT_MODULE = re.compile(r'^(?:.*?\.)?layers\.(\d+)\.([012])(?:\.(\d+)\.([^.]+))?(.*)$')
 
 
-def read_checkpoint(path: str) -> dict[str, Tensor]:
-    """Read a local checkpoint file (``.pth`` or ``.safetensors``) with the project's safe loader
-    (:func:`afno_seg.engine.checkpoint.load_checkpoint_file`) and return its (unwrapped) state
-    dict."""
-    if '://' in str(path):
-        raise ValueError(f'pretrained checkpoint {path!r} is a URL; afno_seg loads local files '
-                         f'only. {WHERE_TO_GET}')
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'pretrained checkpoint not found: {path!r}. {WHERE_TO_GET}')
-    ckpt = load_checkpoint_file(path)  # data only: refuses a pickle that would import code
-    for wrapper in ('state_dict', 'model'):
-        if isinstance(ckpt, dict) and isinstance(ckpt.get(wrapper), dict):
-            ckpt = ckpt[wrapper]
-    if not isinstance(ckpt, dict) or not all(isinstance(v, Tensor) for v in ckpt.values()):
-        raise ValueError(f'{path!r} does not hold a state dict of tensors')
-    return OrderedDict((k[len('module.'):] if k.startswith('module.') else k, v)
-                       for k, v in ckpt.items())
+class MitPosition(NamedTuple):
+    stage: int  # 0-based
+    slot: int
+    layer: int | None
+    part: str | None
+    rest: str  # the name below ``part`` (or below the slot), '' for the module itself
+
+
+def mit_position(name: str) -> MitPosition | None:
+    """Where module ``name`` sits in a MiT backbone, or None outside one."""
+    match = _MIT_MODULE.match(name)
+    if match is None:
+        return None
+    stage, slot, layer, part, rest = match.groups()
+    return MitPosition(int(stage), int(slot), None if layer is None else int(layer), part, rest)
 
 
 def detect_layout(keys) -> str:
@@ -114,89 +111,34 @@ def _convert_block_key(state_dict, key, prefix, rest, value) -> dict[str, Tensor
     return {out + name: value}
 
 
-def _compact(keys) -> str:
-    """``layers.2.1.{0..17}.attn.w1`` style summary of many per-layer keys."""
-    groups = defaultdict(set)
-    for key in keys:
-        m = MIXER_KEY.match(key)
-        if m:
-            groups[(m.group(1), m.group(3))].add(int(m.group(2)))
-        else:
-            groups[(key, None)].add(-1)
-    parts = []
-    for (stage, name), layers in sorted(groups.items()):
-        if name is None:
-            parts.append(stage)
-        else:
-            parts.append(f'layers.{stage}.1.{{{min(layers)}..{max(layers)}}}.attn.{name}')
-    return ', '.join(parts)
+def mit_state_dict(state: dict[str, Tensor], prefix: str | None = None) -> tuple[dict, str]:
+    """A MiT state dict of either layout in mmseg's names (the key remap), and its layout.
 
-
-def load_pretrained_mit(model: nn.Module, path: str, prefix: str | None = None) -> dict:
-    """Load a MiT checkpoint (either layout) into ``model`` under the policy above.
-
-    Args:
-        model (nn.Module): A MixerMiT (or mmseg MixVisionTransformer).
-        path (str): Local checkpoint file.
-        prefix (str, optional): Keep only keys under this prefix and strip it (e.g. 'backbone.'
-            for a segmentor checkpoint). Default: None ('backbone.' stripped when no key is a
-            backbone key).
-
-    Returns:
-        dict: ``layout``, ``loaded``, ``mixer_loaded``, ``mixer_new``, ``unused`` (checkpoint
-        mixer keys), ``skipped`` (classifier) key lists.
+    ``prefix``: keep only the keys under it, stripped (None: ``'backbone.'`` when no key is a
+    backbone key, as in a segmentor or classifier checkpoint).
     """
-    state = read_checkpoint(path)
     if prefix is None and not any(k.startswith(('layers.', 'patch_embed', 'block')) for k in state):
         prefix = 'backbone.' if any(k.startswith('backbone.') for k in state) else None
     if prefix:
         state = OrderedDict((k[len(prefix):], v) for k, v in state.items() if k.startswith(prefix))
-        if not state:
-            raise ValueError(f'{path!r} has no keys under prefix {prefix!r}')
     layout = detect_layout(state)
-    if layout == 'official':
-        state = official_to_mmseg(state)
-    skipped = [k for k in state if k.startswith('head.')]
-    own = model.state_dict()
-    report = dict(layout=layout, loaded=[], mixer_loaded=[], mixer_new=[], unused=[],
-                  skipped=skipped)
-    errors, to_load = [], OrderedDict()
-    for key, value in state.items():
-        if key in skipped:
-            continue
-        is_mixer = MIXER_KEY.match(key) is not None
-        if key in own and own[key].shape == value.shape:
-            to_load[key] = value
-            report['mixer_loaded' if is_mixer else 'loaded'].append(key)
-        elif is_mixer:
-            report['unused'].append(key)
-        elif key in own:
-            errors.append(f'shape mismatch {key}: checkpoint {tuple(value.shape)}, '
-                          f'model {tuple(own[key].shape)}')
-        else:
-            errors.append(f'unexpected key in checkpoint: {key}')
-    for key in own:
-        if key not in to_load:
-            if MIXER_KEY.match(key):
-                report['mixer_new'].append(key)
-            else:
-                errors.append(f'missing in checkpoint: {key}')
-    if errors:
-        raise RuntimeError(f'{path!r} ({layout} layout) does not fit {type(model).__name__} '
-                           f'outside its mixers (wrong arch or wrong file?); {len(errors)} '
-                           'problem(s):\n  ' + '\n  '.join(errors))
-    model.load_state_dict(to_load, strict=False)
-    loaded = len(report['loaded']) + len(report['mixer_loaded'])
-    lines = [f'pretrained {path} ({layout} MiT layout): loaded {loaded} of the model\'s {len(own)} '
-             f'tensors ({len(report["loaded"])} backbone, {len(report["mixer_loaded"])} mixer), '
-             f'skipped {len(skipped) + len(report["unused"])} checkpoint tensors']
-    if report['mixer_new']:
-        lines.append(f'newly initialised mixer tensors ({len(report["mixer_new"])}): '
-                     + _compact(report['mixer_new']))
-    if report['unused']:
-        lines.append(f'checkpoint attention tensors not used by the mixers '
-                     f'({len(report["unused"])}): ' + _compact(report['unused']))
-    if skipped:
-        lines.append(f'skipped the ImageNet classifier: {", ".join(skipped)}')
-    print_log('\n'.join(lines), logger='current', level=logging.INFO)
-    return report
+    return (official_to_mmseg(state) if layout == 'official' else state), layout
+
+
+def load_pretrained_mit(model: nn.Module, path: str, prefix: str | None = None) -> FitReport:
+    """Load a MiT checkpoint (either layout) into ``model`` (a MixerMiT) under the policy above.
+
+    Args:
+        model (nn.Module): The backbone.
+        path (str): Local checkpoint file.
+        prefix (str, optional): See :func:`mit_state_dict`. Default: None.
+
+    Returns:
+        FitReport: ``loaded``, ``new`` (mixer tensors left initialised), ``unused`` (checkpoint
+        mixer and classifier tensors).
+    """
+    state, layout = mit_state_dict(read_state_dict(path), prefix)
+    return load_state(model, state, f'pretrained {path} ({layout} MiT layout)',
+                      mixer_prefixes(model) + ('head.', ),
+                      advice='Outside its token mixers a pretrained file must hold every tensor '
+                      'of the backbone: check the file and the backbone size (arch).')

@@ -37,9 +37,10 @@ from mmpretrain.models.utils import resize_pos_embed
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
 
+from ..engine.checkpoint import read_state_dict
+from ..engine.checkpoint_fit import load_state
 from ..registry import register_model
 from .encoder_layer import MixerLayer, init_mixer_weights
-from .mit_checkpoint import read_checkpoint
 from .stage import build_mixer, stage_arguments
 
 __all__ = ['MixerViT', 'MixerViTLayer', 'VIT_ARCH_SETTINGS']
@@ -193,24 +194,18 @@ class MixerViT(BaseModule):
 
     def load_pretrained(self, path: str, prefix: str | None = None) -> None:
         """Load ``path`` (keys under ``prefix``, stripped) strictly; resize ``pos_embed``."""
-        state = read_checkpoint(path)
-        if prefix:
-            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-            if not state:
-                raise ValueError(f'{path!r} has no keys under prefix {prefix!r}')
-        if self.pos_embed is not None and 'pos_embed' in state and \
-                state['pos_embed'].shape != self.pos_embed.shape:
+        state = read_state_dict(path, prefix)
+        theirs = state.get('pos_embed')
+        if self.pos_embed is not None and theirs is not None and \
+                theirs.shape != self.pos_embed.shape:
             # A square grid is the only one a token count alone determines.
-            side = math.isqrt(state['pos_embed'].shape[1])
-            if side * side != state['pos_embed'].shape[1]:
-                raise ValueError(f'{path!r}: pos_embed of {state["pos_embed"].shape[1]} tokens is '
-                                 'not a square grid; resize it to this model\'s grid first')
-            state['pos_embed'] = resize_pos_embed(state['pos_embed'], (side, side),
-                                                  self.base_hw_shape, num_extra_tokens=0)
-        result = self.load_state_dict(state, strict=False)
-        if result.missing_keys or result.unexpected_keys:
-            raise RuntimeError(f'{path!r} does not fit MixerViT: missing {result.missing_keys}, '
-                               f'unexpected {result.unexpected_keys}')
+            side = math.isqrt(theirs.shape[1])
+            if side * side != theirs.shape[1]:
+                raise ValueError(f'{path!r}: pos_embed of {theirs.shape[1]} tokens is not a square '
+                                 'grid; resize it to this model\'s grid first')
+            state['pos_embed'] = resize_pos_embed(theirs, (side, side), self.base_hw_shape,
+                                                  num_extra_tokens=0)
+        load_state(self, state, f'pretrained {path}')
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:
         x, hw_shape = self.patch_embed(x)

@@ -32,17 +32,20 @@ import logging
 import os.path as osp
 import pickle
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 import torch
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
+from torch import Tensor
 
 from .errors import UserError
 
 __all__ = ['ALLOWED_GLOBALS', 'CheckpointError', 'SAFETENSORS_META_KEY', 'TRUST_FLAG',
            'UnsafeCheckpointError', 'add_trust_argument', 'check_checkpoint_file',
-           'load_checkpoint_file', 'load_local_checkpoint', 'trusted_checkpoints']
+           'load_checkpoint_file', 'load_local_checkpoint', 'read_state_dict', 'state_dict_of',
+           'trusted_checkpoints']
 
 TRUST_FLAG = '--trust-checkpoint'
 #: Key of the JSON-encoded ``meta`` dict in a ``.safetensors`` header's ``__metadata__``.
@@ -153,6 +156,9 @@ def is_safetensors(filename: str) -> bool:
 
 
 def _check_exists(filename: str) -> str:
+    if '://' in str(filename):
+        raise CheckpointError(f'{filename} is a URL; afno_seg reads local checkpoint files only '
+                              '(nothing is downloaded at run time): download it, pass its path')
     path = osp.expanduser(str(filename))
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {filename}')
@@ -207,12 +213,14 @@ def _load_safetensors(path: str, filename: str, map_location) -> dict:
     return dict(state_dict=state_dict, meta=meta)
 
 
-def load_checkpoint_file(filename: str, map_location='cpu') -> dict:
-    """Read a checkpoint as data; the loader of every checkpoint read in the project.
+def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) -> dict:
+    """Read a checkpoint as data; the reader of every checkpoint read in the project.
 
     Args:
         filename (str): A local ``.pth`` (``torch.save``) or ``.safetensors`` file.
         map_location: As ``torch.load``'s. Default: 'cpu'.
+        mmap (bool): Memory-map a ``.pth`` (the archive index and the pickled structure are
+            read, not the tensor data: :func:`check_checkpoint_file`). Default: False.
 
     Returns:
         The unpickled object (mmengine's checkpoint dict, or a bare state dict); for
@@ -224,46 +232,55 @@ def load_checkpoint_file(filename: str, map_location='cpu') -> dict:
         CheckpointError: no such file, or not a readable checkpoint.
     """
     path = _check_exists(filename)
-    if is_safetensors(path):
+    if is_safetensors(path):  # safetensors maps the file lazily anyway
         return _load_safetensors(path, filename, map_location)
     if _trusted:
         print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
                   logger='current', level=logging.WARNING)
-        try:
-            return torch.load(path, map_location=map_location, weights_only=False)
-        except Exception as error:  # noqa: BLE001
-            raise _unreadable(filename, error) from error
     try:
+        if _trusted:
+            return torch.load(path, map_location=map_location, weights_only=False)
         with torch.serialization.safe_globals(_allowlist()):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as error:  # noqa: BLE001  RuntimeError, EOFError, ... of a broken file
-        if _is_unsafe(error):
+        if _is_unsafe(error) and not _trusted:
             raise _refusal(filename, error) from None
+        if mmap:  # e.g. torch's legacy non-zip format cannot be mapped: the full load decides
+            return load_checkpoint_file(filename, map_location)
         raise _unreadable(filename, error) from error
 
 
 def check_checkpoint_file(filename: str) -> None:
     """Raise :class:`CheckpointError` (or :class:`UnsafeCheckpointError`) unless ``filename``
-    loads with :func:`load_checkpoint_file`; cheap for a good file.
-
-    A ``.pth`` is memory-mapped (``mmap=True``: the archive index and the pickled structure are
-    read, not the tensor data); a ``.safetensors`` file has its header parsed. A file that fails
-    there (e.g. torch's legacy non-zip format, which cannot be mapped) is loaded in full, which
-    either succeeds or raises the message.
-    """
-    path = _check_exists(filename)
-    if is_safetensors(path):
-        _load_safetensors(path, filename, 'cpu')  # safetensors maps the file lazily too
-        return
+    loads with :func:`load_checkpoint_file`; cheap for a good file (memory-mapped, or the
+    header of a ``.safetensors`` file). Under :func:`trusted_checkpoints` only that it exists."""
     if _trusted:
-        return  # the full load logs the warning; nothing to check without unpickling it all
-    try:
-        with torch.serialization.safe_globals(_allowlist()):
-            torch.load(path, map_location='cpu', weights_only=True, mmap=True)
-    except Exception as error:  # noqa: BLE001  (a damaged file is diagnosed by the full load)
-        if _is_unsafe(error):
-            raise _refusal(filename, error) from None
-        load_checkpoint_file(filename)
+        _check_exists(filename)
+    else:
+        load_checkpoint_file(filename, mmap=True)
+
+
+def state_dict_of(checkpoint, prefix: str | None = None) -> 'OrderedDict[str, Tensor]':
+    """The state dict inside a checkpoint: the ``state_dict``/``model`` wrapper and DDP's
+    ``module.`` prefix removed, non-tensor entries left out; with ``prefix``, the keys under it,
+    stripped (``'backbone.'``: a segmentor's or classifier's backbone)."""
+    state = checkpoint
+    for wrapper in ('state_dict', 'model'):
+        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
+            state = state[wrapper]
+            break
+    if not isinstance(state, dict):
+        return OrderedDict()
+    state = OrderedDict((k.removeprefix('module.'), v) for k, v in state.items()
+                        if isinstance(v, Tensor))
+    if prefix:
+        state = OrderedDict((k[len(prefix):], v) for k, v in state.items() if k.startswith(prefix))
+    return state
+
+
+def read_state_dict(filename: str, prefix: str | None = None) -> 'OrderedDict[str, Tensor]':
+    """:func:`state_dict_of` the file read by :func:`load_checkpoint_file`."""
+    return state_dict_of(load_checkpoint_file(filename), prefix)
 
 
 def load_local_checkpoint(filename: str, map_location=None):

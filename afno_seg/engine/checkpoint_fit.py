@@ -1,18 +1,16 @@
-"""Does a checkpoint fit the model? Refuse one that does not, instead of running random weights.
+"""Does a checkpoint fit the model? The one check of every state dict loaded into a model.
 
-mmengine loads a state dict with ``strict=False`` and prints a "missing keys" warning: a wrong file
-(another mixer's checkpoint, an empty state dict) then runs with randomly initialised weights and
-produces confident-looking garbage. Evaluation, inference, export and analysis need every tensor
-of the model, so :func:`check_fit` raises :class:`CheckpointMismatchError` (one message: found /
-total counts, the missing groups, for the backbone mixers which mixer tensors the checkpoint holds
-and which mixers the config builds, and the checkpoint's own training config where its meta has
-it). A config may declare tensors a checkpoint is not expected to hold with
-``checkpoint_new_keys = ['decode_head.conv_seg', ...]`` (key prefixes of the model).
-
-Fine-tuning (``load_from``, pretrained ``init_cfg``) keeps partial loading; :func:`fit_summary`
-is its one log line (tensors loaded / model tensors / skipped).
-
-Cost: key and shape comparisons only, no tensor data is touched.
+mmengine loads with ``strict=False`` and warns: a wrong file (another mixer's checkpoint, an empty
+state dict) then runs with random weights and produces confident-looking garbage. One comparison,
+:func:`fit_report` (names and shapes, no tensor data), serves every route: evaluation, inference,
+export and analysis need every tensor and no other (:func:`load_weights`,
+:class:`CheckpointFitHook`; a config may list prefixes expected new in ``checkpoint_new_keys``);
+a pretrained backbone, after its key remap (as timm pairs a ``checkpoint_filter_fn`` with one
+builder), needs every tensor outside its token mixers, which are found by type
+(:func:`mixer_prefixes`) and load where name and shape match (:func:`load_state`); fine-tuning
+(``load_from``) loads what fits, with one line (:func:`log_fit`). A refusal is one message
+(:class:`CheckpointMismatchError`): counts, missing groups, what mixer tensors the file holds
+instead, and the config it was trained with when its meta has it.
 """
 import logging
 import re
@@ -21,47 +19,34 @@ from dataclasses import dataclass, field
 
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from torch import Tensor, nn
+from torch import nn
 
-from .checkpoint import load_checkpoint_file
+from .checkpoint import load_checkpoint_file, state_dict_of
 from .errors import UserError
 
-__all__ = ['CheckpointFitHook', 'CheckpointMismatchError', 'FitReport', 'check_fit',
-           'fit_report', 'fit_summary', 'load_weights', 'state_dict_of']
+__all__ = ['CheckpointFitHook', 'CheckpointMismatchError', 'FitReport', 'check_fit', 'compact',
+           'fit_report', 'load_state', 'load_weights', 'log_fit', 'mixer_prefixes']
 
-#: A backbone mixer tensor: MixerMiT ``layers.{stage}.1.{j}.attn.*``, MixerViT
-#: ``layers.{j}.attn.*``.
-MIXER_KEY = re.compile(r'^(?:module\.)?backbone\.layers\.\d+\.(?:1\.\d+\.)?attn\.(.+)$')
 _TIMESTAMP = re.compile(r'_\d{8}_\d{6}$')
+TRAINED_ADVICE = ('Pass the checkpoint trained with this config (or the config it was trained '
+                  'with); a config may list tensors it expects to be new in checkpoint_new_keys.')
 
 
-class CheckpointMismatchError(UserError):
+class CheckpointMismatchError(UserError, RuntimeError):
     """A checkpoint that does not hold the model's tensors."""
-
-
-def state_dict_of(checkpoint) -> 'OrderedDict[str, Tensor]':
-    """The state dict inside a checkpoint (``state_dict``/``model`` wrappers and DDP's
-    ``module.`` prefix removed); non-tensor entries are left out."""
-    state = checkpoint
-    for wrapper in ('state_dict', 'model'):
-        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
-            state = state[wrapper]
-            break
-    if not isinstance(state, dict):
-        return OrderedDict()
-    return OrderedDict((k[len('module.'):] if k.startswith('module.') else k, v)
-                       for k, v in state.items() if isinstance(v, Tensor))
 
 
 @dataclass
 class FitReport:
-    """Keys of the model's state dict against a checkpoint's."""
+    """Keys of the model's state dict against a checkpoint's; ``new``/``unused``: model /
+    checkpoint tensors under the optional prefixes that are not loaded."""
     total: int
     loaded: list = field(default_factory=list)
     missing: list = field(default_factory=list)
     unexpected: list = field(default_factory=list)
     mismatched: list = field(default_factory=list)  # (key, checkpoint shape, model shape)
-    declared_new: list = field(default_factory=list)
+    new: list = field(default_factory=list)
+    unused: list = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -69,42 +54,50 @@ class FitReport:
 
 
 def fit_report(model: nn.Module, state: dict, new_prefixes=()) -> FitReport:
-    """Compare ``model.state_dict()`` (names and shapes) with ``state``."""
+    """Compare ``model.state_dict()`` (names and shapes) with ``state``; tensors under
+    ``new_prefixes`` may be absent, of another shape or extra on either side."""
     own = model.state_dict()
-    new_prefixes = tuple(new_prefixes or ())
+    optional = tuple(new_prefixes or ())
     report = FitReport(total=len(own))
     for key, value in own.items():
-        if key not in state:
-            (report.declared_new if key.startswith(new_prefixes) else report.missing).append(key)
-        elif tuple(state[key].shape) != tuple(value.shape):
-            if key.startswith(new_prefixes):
-                report.declared_new.append(key)
-            else:
-                report.mismatched.append((key, tuple(state[key].shape), tuple(value.shape)))
-        else:
+        theirs = state.get(key)
+        if theirs is not None and tuple(theirs.shape) == tuple(value.shape):
             report.loaded.append(key)
-    report.unexpected = [k for k in state if k not in own and not k.startswith(new_prefixes)]
+        elif key.startswith(optional):
+            report.new.append(key)
+            if theirs is not None:
+                report.unused.append(key)
+        elif theirs is None:
+            report.missing.append(key)
+        else:
+            report.mismatched.append((key, tuple(theirs.shape), tuple(value.shape)))
+    for key in state:
+        if key not in own:
+            (report.unused if key.startswith(optional) else report.unexpected).append(key)
     return report
 
 
-def _group(key: str) -> str:
-    return 'backbone mixers' if MIXER_KEY.match(key) else key.split('.', 1)[0]
-
-
-def _mixer_tensor_names(keys) -> list[str]:
-    """``attn.q, attn.kv, ...``: the distinct mixer tensor names (weight/bias folded)."""
-    names = set()
-    for key in keys:
-        m = MIXER_KEY.match(key)
-        if m:
-            names.add('attn.' + re.sub(r'[._](weight|bias)$', '', m.group(1)))
-    return sorted(names)
-
-
-def _model_mixers(model: nn.Module) -> list[str]:
+def mixer_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """``('backbone.layers.0.1.0.attn.', ...)``: the key prefix of every token mixer of
+    ``model``, found by type, whatever the backbone's layout."""
     from ..mixers.base import TokenMixer
-    return list(dict.fromkeys(type(m).__name__ for m in model.modules()
-                              if isinstance(m, TokenMixer)))
+    return tuple(f'{name}.' for name, module in model.named_modules()
+                 if isinstance(module, TokenMixer))
+
+
+def compact(keys) -> str:
+    """``layers.2.1.{0..17}.attn.w1, ...``: keys that differ only in their last index, folded."""
+    groups = {}
+    for key in keys:
+        parts = key.split('.')
+        index = max((i for i, part in enumerate(parts) if part.isdigit()), default=None)
+        if index is None:
+            groups.setdefault(key, [])
+        else:
+            pattern = '.'.join(parts[:index] + ['{}'] + parts[index + 1:])
+            groups.setdefault(pattern, []).append(int(parts[index]))
+    return ', '.join(pattern.replace('{}', f'{{{min(at)}..{max(at)}}}') if at else pattern
+                     for pattern, at in groups.items())
 
 
 def trained_with(meta: dict) -> str:
@@ -128,21 +121,24 @@ def trained_with(meta: dict) -> str:
             + (f' (mixers {", ".join(mixers)})' if mixers else '') + '.')
 
 
-def _describe(report: FitReport, model: nn.Module, state: dict, filename: str,
-              meta: dict) -> str:
-    found = len(report.loaded)
-    problems = []
+def _describe(report: FitReport, model: nn.Module, state: dict, source: str, meta: dict,
+              advice: str) -> str:
+    mixers = mixer_prefixes(model)
     groups = OrderedDict()
     for key in report.missing:
-        groups.setdefault(_group(key), []).append(key)
+        groups.setdefault('backbone mixers' if key.startswith(mixers or ('\0', ))
+                          else key.split('.', 1)[0], []).append(key)
+    problems = []
     for group, keys in groups.items():
         text = f'{group}: {len(keys)} missing (e.g. {keys[0]})'
         if group == 'backbone mixers':
-            held = _mixer_tensor_names(state)
+            held = sorted({'attn.' + re.sub(r'[._](weight|bias)$', '', key[len(prefix):])
+                           for key in state for prefix in mixers if key.startswith(prefix)})
             text += ('; the checkpoint holds mixer tensors ' + ', '.join(held[:6])
                      + (', ...' if len(held) > 6 else '') if held else
                      '; the checkpoint holds no mixer tensors')
-            text += f', the config builds {", ".join(_model_mixers(model)) or "no TokenMixer"}'
+            types = dict.fromkeys(type(model.get_submodule(p[:-1])).__name__ for p in mixers)
+            text += f', the config builds {", ".join(types)}'
         problems.append(text)
     if report.mismatched:
         key, theirs, ours = report.mismatched[0]
@@ -150,47 +146,60 @@ def _describe(report: FitReport, model: nn.Module, state: dict, filename: str,
                         f'{theirs}, model {ours})')
     if report.unexpected:
         problems.append(f'{len(report.unexpected)} not in the model (e.g. {report.unexpected[0]})')
+    found = len(report.loaded)
     what = 'holds no tensor of this model' if not found else 'does not fit this model'
-    return (f'checkpoint {filename} {what}: found {found} of the model\'s {report.total} '
-            f'tensors; {"; ".join(problems) or "empty state dict"}.{trained_with(meta)} '
-            'Pass the checkpoint trained with this config (or the config it was trained with); '
-            'a config may list tensors it expects to be new in checkpoint_new_keys.')
+    return (f'checkpoint {source} {what}: found {found} of the model\'s {report.total} '
+            f'tensors; {"; ".join(problems) or "empty state dict"}.{trained_with(meta)} {advice}')
 
 
-def check_fit(model: nn.Module, checkpoint, filename: str, new_prefixes=()) -> FitReport:
-    """Raise :class:`CheckpointMismatchError` unless ``checkpoint`` holds every tensor of
-    ``model`` (other than ``new_prefixes``) with its shape, and nothing else."""
+def check_fit(model: nn.Module, checkpoint, filename: str, new_prefixes=(),
+              advice: str = TRAINED_ADVICE) -> FitReport:
+    """Raise :class:`CheckpointMismatchError` unless ``checkpoint`` (a checkpoint dict or a state
+    dict) holds every tensor of ``model`` outside ``new_prefixes`` with its shape, and no other."""
     state = state_dict_of(checkpoint)
     report = fit_report(model, state, new_prefixes)
     if not report.fits:
         meta = checkpoint.get('meta', {}) if isinstance(checkpoint, dict) else {}
-        raise CheckpointMismatchError(_describe(report, model, state, filename, meta))
+        raise CheckpointMismatchError(_describe(report, model, state, filename, meta, advice))
     return report
 
 
-def fit_summary(model: nn.Module, checkpoint, filename: str) -> FitReport:
-    """Log one line for a partial load (fine-tuning): loaded / model tensors / skipped."""
-    report = fit_report(model, state_dict_of(checkpoint))
-    skipped = len(report.unexpected) + len(report.mismatched)
-    print_log(f'{filename}: loaded {len(report.loaded)} of the model\'s {report.total} tensors, '
-              f'skipped {skipped} checkpoint tensors (not in the model or of another shape); '
-              f'{report.total - len(report.loaded)} model tensors keep their initialisation',
-              logger='current', level=logging.INFO)
+def log_fit(report: FitReport, source: str) -> None:
+    """The summary of a load: one line, then the new and unused tensors by name (folded)."""
+    skipped = len(report.unexpected) + len(report.mismatched) + len(report.unused)
+    lines = [f'{source}: loaded {len(report.loaded)} of the model\'s {report.total} tensors, '
+             f'skipped {skipped} checkpoint tensors (not in the model or of another shape); '
+             f'{report.total - len(report.loaded)} model tensors keep their initialisation']
+    if report.new:
+        lines.append(f'newly initialised tensors ({len(report.new)}): {compact(report.new)}')
+    if report.unused:
+        lines.append(f'checkpoint tensors not used ({len(report.unused)}): '
+                     f'{compact(report.unused)}')
+    print_log('\n'.join(lines), logger='current', level=logging.INFO)
+
+
+def load_state(model: nn.Module, checkpoint, source: str, new_prefixes=(),
+               advice: str = TRAINED_ADVICE, log: bool = True) -> FitReport:
+    """:func:`check_fit`, then load ``checkpoint`` (a checkpoint dict, or a pretrained state dict
+    already remapped to the model's names) into ``model``; :func:`log_fit` when ``log``."""
+    report = check_fit(model, checkpoint, source, new_prefixes, advice)
+    state = state_dict_of(checkpoint)
+    model.load_state_dict(OrderedDict((k, state[k]) for k in report.loaded), strict=False)
+    if log:
+        log_fit(report, source)
     return report
 
 
 def load_weights(model: nn.Module, checkpoint: str, new_prefixes=(), loaded=None) -> dict:
     """Read ``checkpoint`` as data (:func:`~.checkpoint.load_checkpoint_file`; or take the
-    already ``loaded`` dict), refuse it unless it fits ``model`` (:func:`check_fit`), load it.
+    already ``loaded`` dict) and :func:`load_state` it, strictly, without a log line.
 
     For evaluation, inference, export and analysis: they never run with randomly initialised
     weights. Returns the checkpoint dict (its ``meta``).
     """
     if loaded is None:
         loaded = load_checkpoint_file(checkpoint, map_location='cpu')
-    report = check_fit(model, loaded, checkpoint, new_prefixes)
-    state = state_dict_of(loaded)
-    model.load_state_dict(OrderedDict((k, state[k]) for k in report.loaded), strict=False)
+    load_state(model, loaded, checkpoint, new_prefixes, log=False)
     return loaded
 
 
@@ -208,7 +217,7 @@ class CheckpointFitHook(Hook):
 
     Args:
         strict (bool): Refuse a checkpoint that does not fit (evaluation); otherwise log
-            :func:`fit_summary` (fine-tuning). Default: True.
+            :func:`log_fit` (fine-tuning). Default: True.
         new_prefixes (Sequence[str]): Model key prefixes a checkpoint need not hold.
             Default: ().
     """
@@ -224,4 +233,4 @@ class CheckpointFitHook(Hook):
         if self.strict:
             check_fit(model, checkpoint, filename, self.new_prefixes)
         else:
-            fit_summary(model, checkpoint, filename)
+            log_fit(fit_report(model, state_dict_of(checkpoint)), filename)

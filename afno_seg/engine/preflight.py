@@ -14,25 +14,29 @@
   closest registered names.
 - :func:`check_checkpoint` / :func:`check_config_checkpoints`: a checkpoint to load is a readable
   checkpoint file holding data only (:mod:`.checkpoint`); otherwise name it (before the Runner
-  logs its environment and config, hundreds of lines).
+  logs its environment and config, hundreds of lines); a missing pretrained file is refused in
+  one line saying where to get it, unless ``tools/train.py --from-scratch`` drops them.
 
 The free space for a checkpoint is checked once the model exists, by
 :class:`~afno_seg.engine.checkpoint_hook.AtomicCheckpointHook`.
 """
 import difflib
 import inspect
+import logging
 import os
 import os.path as osp
 from contextlib import suppress
 
 from mmengine.config import Config
+from mmengine.logging import print_log
 
-from .checkpoint import check_checkpoint_file
+from .checkpoint import check_checkpoint_file as check_checkpoint
 from .errors import UserError
 
 __all__ = ['check_checkpoint', 'check_config_checkpoints', 'check_data_roots',
            'check_model_types', 'check_splits_not_empty', 'check_work_dir', 'config_checkpoints',
-           'DataRootError', 'EmptySplitError', 'UnknownTypeError', 'WorkDirError']
+           'pretrained_checkpoints', 'DataRootError', 'EmptySplitError',
+           'PretrainedMissingError', 'UnknownTypeError', 'WorkDirError']
 
 CITYSCAPES_HELP = """\
 Expected the mmseg Cityscapes layout:
@@ -44,6 +48,10 @@ and gtFine_trainvaltest.zip, unzip both into {root}, then make the train-id labe
 or point the config elsewhere: --cfg-options train_dataloader.dataset.data_root=/path/to/cityscapes
 (and the same for val_dataloader/test_dataloader).
 No Cityscapes? `make demo` trains and evaluates on generated street scenes instead."""
+MIT_WEIGHTS_HELP = ('MiT ImageNet-1K weights (mit_b0.pth .. mit_b5.pth) are released by the '
+                    'SegFormer authors (github.com/NVlabs/SegFormer, README section "Training": '
+                    '"Download ImageNet-1K pretrained weights"); nothing is downloaded at run '
+                    'time.')
 
 
 class DataRootError(UserError, FileNotFoundError):
@@ -63,6 +71,10 @@ class WorkDirError(UserError):
 
 class EmptySplitError(UserError):
     """A dataset split named by the config holds no sample."""
+
+
+class PretrainedMissingError(UserError, FileNotFoundError):
+    """A pretrained file named by the config does not exist."""
 
 
 def leaf_datasets(dataset_cfg):
@@ -267,21 +279,37 @@ def check_model_types(cfg: Config, registry=None) -> None:
         visit(cfg.model, 'model')
 
 
-def check_checkpoint(filename: str) -> None:
-    """Raise :class:`~.checkpoint.CheckpointError` naming ``filename`` unless it is a readable
-    checkpoint that holds data only (:class:`~.checkpoint.UnsafeCheckpointError` names the
-    global it would import and the ``--trust-checkpoint`` opt-in).
+def _is_pretrained(node) -> bool:
+    return isinstance(node, dict) and node.get('type') == 'Pretrained' and \
+        isinstance(node.get('checkpoint'), str)
 
-    Cheap for a good file (:func:`~.checkpoint.check_checkpoint_file`: memory-mapped, the tensor
-    data is not read), and never unpickles more than the safe loader allows.
-    """
-    check_checkpoint_file(filename)
+
+def pretrained_checkpoints(node, key: str = 'model', drop: bool = False) -> list[tuple[str, str]]:
+    """``(config key, file)`` of every pretrained file under ``node`` (``init_cfg`` dicts of type
+    ``Pretrained``, mmseg's ``pretrained='...'``); with ``drop``, removed from ``node``."""
+    found = []
+    items = node.items() if isinstance(node, dict) else \
+        enumerate(node) if isinstance(node, (list, tuple)) else ()
+    for name, value in list(items):
+        where = f'{key}.{name}' if isinstance(node, dict) else f'{key}[{name}]'
+        if _is_pretrained(value):
+            found.append((f'{where}.checkpoint', value['checkpoint']))
+        elif name == 'pretrained' and isinstance(value, str):
+            found.append((where, value))
+        else:
+            found += pretrained_checkpoints(value, where, drop)
+            continue
+        if drop and isinstance(node, dict):
+            node[name] = None
+    if drop and isinstance(node, list):
+        node[:] = [value for value in node if not _is_pretrained(value)]
+    return found
 
 
 def config_checkpoints(cfg: Config, resume: bool = False) -> list[str]:
     """The checkpoint files a Runner built from ``cfg`` will read: ``load_from``, the one
-    ``--resume`` continues from (``work_dir/last_checkpoint``), and every
-    ``init_cfg=dict(type='Pretrained', checkpoint=...)`` in ``cfg.model`` (local paths only)."""
+    ``--resume`` continues from (``work_dir/last_checkpoint``), and every pretrained file in
+    ``cfg.model`` (:func:`pretrained_checkpoints`; local paths only)."""
     files = []
     if resume and not cfg.get('load_from'):
         pointer = osp.join(cfg.work_dir, 'last_checkpoint')
@@ -290,24 +318,29 @@ def config_checkpoints(cfg: Config, resume: bool = False) -> list[str]:
                 files.append(f.read().strip())
     elif cfg.get('load_from'):
         files.append(cfg.load_from)
-
-    def visit(node):
-        if isinstance(node, dict):
-            if node.get('type') == 'Pretrained' and isinstance(node.get('checkpoint'), str):
-                files.append(node['checkpoint'])
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, (list, tuple)):
-            for value in node:
-                visit(value)
-
-    visit(cfg.get('model'))
+    files += [path for _, path in pretrained_checkpoints(cfg.get('model'))]
     return [f for f in dict.fromkeys(files) if '://' not in f]
 
 
-def check_config_checkpoints(cfg: Config, resume: bool = False) -> None:
-    """:func:`check_checkpoint` for each of :func:`config_checkpoints` that exists (a missing
-    pretrained file is reported by the backbone, with where to get it)."""
-    for filename in config_checkpoints(cfg, resume):
+def check_config_checkpoints(cfg: Config, resume: bool = False, from_scratch: bool = False,
+                             trust: bool = False) -> None:
+    """Before a training Runner exists: the pretrained rule (``from_scratch``: drop the
+    pretrained files, one line; else refuse a missing local one, :class:`PretrainedMissingError`),
+    then :func:`check_checkpoint` for each of :func:`config_checkpoints` that exists, unless
+    ``trust`` (``--trust-checkpoint``)."""
+    source = cfg.filename or 'the config'
+    pretrained = pretrained_checkpoints(cfg.get('model'), drop=from_scratch)
+    if from_scratch:
+        dropped = ', '.join(f'{key}={path}' for key, path in pretrained) or 'nothing to drop'
+        print_log(f'--from-scratch: no pretrained weights ({dropped}); the model starts from its '
+                  'own initialisation', logger='current', level=logging.INFO)
+    for key, path in [] if from_scratch else pretrained:
+        if '://' not in path and not osp.isfile(osp.expanduser(path)):
+            where = MIT_WEIGHTS_HELP + ' ' if osp.basename(path).startswith('mit_') else ''
+            raise PretrainedMissingError(
+                f'{source}: {key}={path!r} does not exist (working directory: '
+                f'{osp.abspath(".")}). {where}Put the file there, or pass --from-scratch to '
+                'train from the model\'s own initialisation.')
+    for filename in [] if trust else config_checkpoints(cfg, resume):
         if osp.isfile(osp.expanduser(filename)):
             check_checkpoint(filename)

@@ -21,12 +21,12 @@ changed or wrapped):
 """
 import copy
 import math
-import re
 from collections import defaultdict
 
 import torch
 from torch import Tensor
 
+from ..backbones.mit_checkpoint import mit_position
 from ..mixers.afno import AFNOMixer
 from ..mixers.base import TokenMixer
 from ..mixers.gfn import GlobalFilterMixer
@@ -35,8 +35,6 @@ from ..mixers.spectral_fast import hermitian_column_weight, spectrum_to_grid, to
 
 __all__ = ['MixerProbe', 'afno_shrink_stats', 'band_edges', 'gfn_filters', 'mixer_layers',
            'radial_band_index', 'radial_energy']
-
-_LAYER_RE = re.compile(r'layers\.(\d+)\.1\.(\d+)\.attn$')
 
 
 def band_edges(num_bands: int) -> list[float]:
@@ -135,9 +133,9 @@ def mixer_layers(model: torch.nn.Module) -> list[tuple[str, int, int, TokenMixer
     found = []
     for name, module in model.named_modules():
         if isinstance(module, TokenMixer):
-            match = _LAYER_RE.search(name)
-            stage, layer = (int(match.group(1)) + 1, int(match.group(2))) if match else (-1, -1)
-            found.append((name, stage, layer, module))
+            at = mit_position(name)
+            mit = at is not None and at.slot == 1 and at.part == 'attn' and not at.rest
+            found.append((name, at.stage + 1 if mit else -1, at.layer if mit else -1, module))
     return found
 
 

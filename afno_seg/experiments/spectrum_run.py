@@ -16,34 +16,12 @@ from .spectrum import MixerProbe, gfn_filters
 __all__ = ['analyze_model', 'default_images', 'load_images', 'load_model', 'write_results']
 
 
-def load_model(config: str, checkpoint: str | None, cfg_options: dict | None = None):
-    """The segmentor of ``config`` with ``checkpoint`` loaded, on the CPU, in eval mode."""
-    from mmengine.config import Config
-    from mmengine.model.utils import revert_sync_batchnorm
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-
-    import afno_seg  # noqa: F401  (registers the mixers, the checkpoint loader)
-    from afno_seg.engine.checkpoint import check_checkpoint_file
-    from afno_seg.engine.checkpoint_fit import load_weights
-    if not Path(config).is_file():
-        raise UserError(f'config file not found: {config}')
-    if checkpoint is not None:
-        check_checkpoint_file(checkpoint)  # missing or unsafe: refused before the model is built
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmseg'))
-    backbone = cfg.model.backbone
-    if backbone.get('init_cfg'):
-        backbone.init_cfg = None  # the checkpoint holds every weight
-    cfg.model.train_cfg = None
-    model = revert_sync_batchnorm(MODELS.build(cfg.model))
-    if checkpoint is None:
-        model.init_weights()
-    else:
-        load_weights(model, checkpoint, cfg.get('checkpoint_new_keys', ()))  # data, and it fits
-    return model.eval(), cfg
+def load_model(config: str, checkpoint: str, cfg_options: dict | None = None):
+    """The segmentor of ``config`` with ``checkpoint`` loaded, on the CPU, in eval mode, and its
+    config: :func:`afno_seg.deployment.load_segmentor` (read as data, refused unless it fits)."""
+    from ..deployment.model import load_segmentor
+    model = load_segmentor(config, checkpoint, cfg_options=cfg_options)
+    return model, model.cfg
 
 
 def default_images(cfg, count: int) -> list[str]:

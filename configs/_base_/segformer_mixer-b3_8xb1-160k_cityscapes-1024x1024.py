@@ -17,7 +17,7 @@ data_preprocessor = dict(size=crop_size)
 # Get mit_b3.pth from the SegFormer authors' release (github.com/NVlabs/SegFormer, README:
 # "Download ImageNet-1K pretrained weights") and put it here; nothing is downloaded at run time.
 # Non-mixer weights must all load; mixer weights that do not exist in MiT are logged as newly
-# initialised. To train from scratch: --cfg-options model.backbone.init_cfg=None
+# initialised. Without the file tools/train.py stops at once; to train from scratch: --from-scratch
 pretrained_checkpoint = 'data/pretrained/mit_b3.pth'
 model = dict(
     data_preprocessor=data_preprocessor,

@@ -23,8 +23,8 @@ import sys
 
 import torch
 
-from afno_seg.backbones.mit_checkpoint import detect_layout, official_to_mmseg, read_checkpoint
-from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.backbones.mit_checkpoint import detect_layout, official_to_mmseg
+from afno_seg.engine.checkpoint import add_trust_argument, read_state_dict, trusted_checkpoints
 from afno_seg.engine.errors import UserError
 
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         with trusted_checkpoints(args.trust_checkpoint):  # else read as data (safe loader)
-            state = read_checkpoint(args.src)
+            state = read_state_dict(args.src)
         layout = detect_layout(state)
     except (FileNotFoundError, ValueError, UserError) as error:
         print(f'error: {error}', file=sys.stderr)
