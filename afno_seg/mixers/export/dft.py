@@ -1,24 +1,20 @@
-"""The spectral mixers' 2-D real DFT of channels-last tokens as real matmuls (the ``matmul`` form).
+"""The 2-D real DFT of channels-last tokens as real matmuls: the ``matmul`` form's transforms.
 
 One implementation for AFNO, GFN and FNO (FNet's 3-D transform: :mod:`.fnet`), for runtimes
-without a fast FFT: it keeps the tokens' layout ``(B, H, W, C)``, carries no complex tensor
-(ONNX has no complex type; every runtime has ``MatMul``) and writes every transform as a few
-large GEMMs:
+without a fast FFT. It keeps the tokens' layout ``(B, H, W, C)``, carries no complex tensor
+(ONNX has none; every runtime has ``MatMul``) and writes each transform as a few large GEMMs:
 
-* complex values are **stacked**: one real tensor with an axis of 2 (real, imaginary) placed
-  right above the axis the next product contracts, so a complex product is ONE real matmul with
-  the block matrix ``[[Mr, -Mi], [Mi, Mr]]`` over ``(part, index)``; a real input needs only
-  ``[C; -S]`` (half the work), a real output only ``[C, S]``;
-* a product contracts the outermost axis (H of ``(B, H, W*C)``: one GEMM per image) or a
-  middle one (W of ``(B, H, W, C)``: ``B H`` GEMMs of ``(cols x W) @ (W x C)``), never the
-  channel axis; the output's part axis goes wherever the next product wants it by choosing the
-  constant's row order or by broadcasting (a ``(2, 1, cols, W)`` constant times a grid
-  ``(B, 1, H, W, C)`` gives ``(B, 2, H, cols, C)``: real and imaginary parts above H).
+* complex values are **stacked**: one real tensor with an axis of 2 (real, imaginary) right
+  above the axis the next product contracts, so a complex product is ONE real matmul with
+  ``[[Mr, -Mi], [Mi, Mr]]`` over ``(part, index)``; a real input needs only ``[C; -S]``, a real
+  output only ``[C, S]``;
+* a product contracts the outermost axis (H of ``(B, H, W*C)``: one GEMM per image) or a middle
+  one (W of ``(B, H, W, C)``), never the channels; the output's part axis goes where the next
+  product wants it by the constant's row order or by broadcasting.
 
-So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex; four with both
-axes factored), with no transpose and no element-wise op, :func:`irfft2_grid` the same backwards
-(plus, after a factored axis, a transpose of long contiguous runs). Cost per channel and grid
-point, direct: ``2 cols`` multiply-adds along W, ``4 rows cols / W`` along H.
+So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex), no transpose,
+:func:`irfft2_grid` the same backwards. Cost per channel and grid point, direct: ``2 cols``
+multiply-adds along W, ``4 rows cols / W`` along H; a truncated band costs what it keeps.
 
 **Factored axes** (Cooley-Tukey as two products, :func:`split_factor` ``n = n1 n2``,
 ``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
@@ -26,19 +22,15 @@ point, direct: ``2 cols`` multiply-adds along W, ``4 rows cols / W`` along H.
     A[k1, m2] = sum_m1 x[n2 m1 + m2] exp(-2 pi i m1 k1 / n1)                 one product
     X[k1, k2] = sum_m2 A[k1, m2] exp(-2 pi i m2 (k1 + n1 k2) / n)            one per k1
 
-the twiddle folded into the second product (one constant per ``k1``, a broadcast matmul):
-``4 (n1 + n2)`` multiply-adds a point instead of ``4 n`` (H, complex), ``2 n1 + 4 k2w`` instead
-of ``2 cols`` along W (real input, ``k2 < k2w = ceil(cols / n1)`` kept). The output comes in the
-order ``(k1, k2)``; :class:`Stacked` records it, the inverse reads it and returns the natural
-order, and the per-mode work in between (AFNO's block MLP, GFN's filter) takes the modes in any
-order (GFN's filter is reordered to match, the W columns past ``cols`` get weight 0 in the
-inverse). Full bands only (:func:`use_factored`, sizes from ``FACTORED_FROM``); a truncated
-band is direct and costs what it keeps.
+the twiddle folded into the second product: ``4 (n1 + n2)`` multiply-adds a point instead of
+``4 n`` (H), ``2 n1 + 4 ceil(cols / n1)`` instead of ``2 cols`` (W). The output comes in the
+order ``(k1, k2)``; :class:`Stacked` records it, the inverse returns the natural order, and the
+per-mode work in between takes the modes in any order (GFN's filter is reordered to match).
+Full bands only, from the sizes in ``FACTORED_FROM``.
 
-Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (tested in float64,
-``tests/test_dft_matmul.py``); the constants are built in float64 (angles from exact integer
-products mod n) and cast. Timings and the
-factoring rule's measurements: ``BENCHMARKS.md`` ("DFT as matmuls").
+Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (float64 tests,
+``tests/test_dft_matmul.py``); constants are built in float64 from exact integer products mod n
+and cast. Timings and the factoring rule: ``BENCHMARKS.md`` ("DFT as matmuls").
 """
 import math
 from dataclasses import dataclass
