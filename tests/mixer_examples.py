@@ -3,6 +3,8 @@
 by every suite without editing one)."""
 import copy
 
+import torch
+
 from afno_seg.mixers import mixer_classes
 from afno_seg.mixers.catalogue import declared
 
@@ -27,3 +29,25 @@ def example_configs() -> dict[str, dict]:
     return {case_id: dict(type=cls.__name__, **{k: v for k, v in kwargs.items()
                                                 if k != 'embed_dims'})
             for case_id, cls, kwargs in example_cases()}
+
+
+#: Gain on AFNO's parameters (default std 0.02) that makes its spectral branch about half of its
+#: output: with the defaults the branch is ~1% beside the residual ``+ x``, so a low-precision
+#: test with a tolerance of a few per cent would pass a forward that returned ``x`` alone.
+AFNO_GAIN = 25.0
+
+
+def o1_branch(mixer):
+    """``mixer`` with AFNO's weights scaled by :data:`AFNO_GAIN` (other mixers unchanged: they
+    have no residual, or their output is all branch)."""
+    from afno_seg.mixers import AFNOMixer
+    if isinstance(mixer, AFNOMixer):
+        with torch.no_grad():
+            for param in mixer.parameters():
+                param.mul_(AFNO_GAIN)
+    return mixer
+
+
+def relative_error(out, reference) -> float:
+    """Relative L2 error of ``out`` against ``reference`` (in float32)."""
+    return float((out.float() - reference.float()).norm() / reference.float().norm())

@@ -14,8 +14,8 @@ import torch
 
 from afno_seg.experiments import benchmarking
 from afno_seg.experiments.mixer_benchmark import B3_STAGES, flop_exponent
-from afno_seg.mixers import AFNOMixer, GlobalFilterMixer
-from afno_seg.mixers.spectral_fast import (
+from afno_seg.mixers import AFNOMixer, GlobalFilterMixer, use_form
+from afno_seg.mixers.fast.transforms import (
     hermitian_column_weight,
     spectrum_to_grid,
     tokens_to_spectrum,
@@ -23,6 +23,7 @@ from afno_seg.mixers.spectral_fast import (
 )
 
 from conftest import load_script
+from mixer_examples import o1_branch, relative_error
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 benchmark_mixers = load_script('tools/analysis/benchmark_mixers.py')
@@ -85,14 +86,14 @@ def test_transposed_copy_matches_permute():
 
 
 def fused_and_composed(mixer, x, hw, params):
-    """``[(out, grads of x and params)]`` with ``mixer.fused`` True, then False; the same random
-    output gradient (seed 1) for both."""
+    """``[(out, grads of x and params)]`` in the ``fast`` form, then the ``reference`` one; the
+    same random output gradient (seed 1) for both."""
     grad = torch.randn(*x.shape, dtype=x.dtype, generator=torch.Generator().manual_seed(1))
     results = []
-    for fused in (True, False):
-        mixer.fused = fused
-        out = mixer(x, hw)
-        results.append((out, torch.autograd.grad(out, [x, *params], grad)))
+    for form in ('fast', 'reference'):
+        with use_form(form):
+            out = mixer(x, hw)
+            results.append((out, torch.autograd.grad(out, [x, *params], grad)))
     return results
 
 
@@ -128,18 +129,24 @@ def test_fused_afno_backward_twice_with_retained_graph():
 
 
 def test_fused_afno_gradients_only_where_asked_and_under_autocast():
+    """Parameters get gradients when x does not ask for one. Under bf16 autocast the fused form
+    runs in float32 (the island): against float32 on the same bf16 tokens only the output's
+    rounding remains (measured 0.17% L2), within 0.5%; the spectral branch is O(1) of the
+    output (``o1_branch``), so a forward returning its residual alone fails."""
     torch.manual_seed(0)
-    mixer, hw = AFNOMixer(16, num_blocks=4), (6, 5)
+    mixer, hw = o1_branch(AFNOMixer(16, num_blocks=4)), (6, 5)
     x = torch.randn(2, 30, 16)
     out = mixer(x, hw)  # x without grad: parameters still get theirs
     out.sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mixer.parameters())
     with torch.no_grad():
         torch.testing.assert_close(mixer(x, hw), out.detach())
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        low = mixer(x.bfloat16(), hw)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            low = mixer(x.bfloat16(), hw)
+        reference = mixer(x.bfloat16().float(), hw)
     assert low.dtype == torch.bfloat16
-    torch.testing.assert_close(low.float(), out.detach(), atol=0.05, rtol=0.05)
+    assert relative_error(low, reference) < 0.005, relative_error(low, reference)
+    assert relative_error(x, reference) > 0.05
 
 
 # ------------------------------------------------------------------------- harness pieces
@@ -275,7 +282,7 @@ def test_fused_gfn_equals_composed(hw, base):
     for name, got, expected in zip(['x', 'complex_weight'], grads, ref_grads):
         torch.testing.assert_close(got, expected, atol=1e-11, rtol=1e-9, msg=name)
         assert got.abs().sum() > 0, name
-    mixer.fused = True  # the filter alone: no gradient for x asked, none computed
+    # the fast form, the filter alone: no gradient for x asked, none computed
     grad = torch.randn(*x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     (only_filter,) = torch.autograd.grad(mixer(x.detach(), hw), [mixer.complex_weight], grad)
     torch.testing.assert_close(only_filter, ref_grads[1], atol=1e-11, rtol=1e-9)

@@ -296,11 +296,10 @@ class ShapeCounter(TorchDispatchMode):
     (lambda: AFNOMixer(16, num_blocks=4, hard_thresholding_fraction=0.4), 'mlp', 1.0),
     (lambda: FNOMixer(16, modes=(3, 4)), 'spectral_weights', 1.0),
     (lambda: GlobalFilterMixer(16, base_hw_shape=(8, 8)), None, 1.0),
-    (lambda: FNetMixer(16, dft_matmul=True), 'dft_matmul', 1.0),
     # torch runs fftn of a real tensor as a c2c transform of its complex copy (5 N log2 N); the
     # convention counts the real-input transform it computes at 2.5 N log2 N.
-    (lambda: FNetMixer(16, dft_matmul=False), None, 0.5),
-], ids=['afno', 'afno-truncated', 'fno', 'gfn', 'fnet-matmul', 'fnet-fft'])
+    (lambda: FNetMixer(16), None, 0.5),
+], ids=['afno', 'afno-truncated', 'fno', 'gfn', 'fnet'])
 def test_analytic_flops_match_counted_ops(build, matmul_key, fft_scale):
     mixer, batch, hw = build(), 2, (7, 9)
     counter = ShapeCounter()

@@ -26,6 +26,7 @@ from afno_seg.engine import NonFiniteLossError, NonFiniteLossHook
 from afno_seg.mixers.catalogue import is_spectral, mixer_classes
 
 from conftest import ROOT, make_runner
+from mixer_examples import o1_branch
 
 
 @HOOKS.register_module(force=True)
@@ -167,13 +168,16 @@ def test_loss_scaler_skips_non_finite_steps_then_gives_up():
 @pytest.mark.parametrize('token_dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('mixer_cls', mixer_classes(), ids=lambda cls: cls.__name__)
 def test_mixers_stay_finite_on_large_dynamic_range_under_bf16_autocast(mixer_cls, token_dtype):
-    """Tokens with magnitudes from 1e-4 to 1e4 (log-uniform, random signs) on a 7x10 grid."""
+    """Tokens with magnitudes from 1e-4 to 1e4 (log-uniform, random signs) on a 7x10 grid. The
+    spectral mixers (fp32 islands) stay as accurate as the token dtype allows: float32 exactly,
+    bf16 tokens within 0.5% of the largest output (measured at most 0.25%). AFNO's spectral
+    branch is O(1) of its output (``o1_branch``): returning the residual alone fails."""
     torch.manual_seed(0)
     height, width, channels = 7, 10, 16
     arguments = dict(embed_dims=channels)
     if 'num_heads' in inspect.signature(mixer_cls).parameters:
         arguments['num_heads'] = 2
-    mixer = mixer_cls(**arguments)
+    mixer = o1_branch(mixer_cls(**arguments))
     magnitude = torch.exp(torch.empty(2, height * width, channels).uniform_(-9.21, 9.21))
     tokens = magnitude * (torch.randint(0, 2, magnitude.shape) * 2 - 1)
     assert tokens.abs().max() > 5e3 and tokens.abs().min() < 2e-4
@@ -185,8 +189,11 @@ def test_mixers_stay_finite_on_large_dynamic_range_under_bf16_autocast(mixer_cls
     assert all(torch.isfinite(p.grad).all() for p in mixer.parameters() if p.grad is not None)
     if is_spectral(mixer_cls):  # fp32 islands: as accurate as the token dtype allows
         reference = mixer(x.detach().float(), (height, width))
-        error = (out.float() - reference).abs().max() / reference.abs().max()
-        assert error < (1e-6 if token_dtype == torch.float32 else 1e-2), float(error)
+        error = lambda got: float((got.float() - reference).abs().max()  # noqa: E731
+                                  / reference.abs().max())
+        tolerance = 1e-6 if token_dtype == torch.float32 else 5e-3
+        assert error(out) < tolerance, error(out)
+        assert error(x.detach()) > 10 * tolerance  # the mixer dropped: this test fails
 
 
 DISTRIBUTED_NAN = '''

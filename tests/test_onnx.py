@@ -18,14 +18,11 @@ from afno_seg.deployment import (
     static_shape_mixers,
 )
 from afno_seg.engine.errors import UserError
-from afno_seg.mixers import afno as afno_module
-from afno_seg.mixers import find_variant, mixer_variants
-from afno_seg.mixers import fno as fno_module
+from afno_seg.mixers import find_variant, mixer_variants, use_form
 from afno_seg.mixers.afno import AFNOMixer
-from afno_seg.mixers.afno_fast import afno_real_arithmetic
+from afno_seg.mixers.export import afno_op, fno_op
 from afno_seg.mixers.fno import FNOMixer
-from afno_seg.mixers.spectral import SpectralBand
-from afno_seg.mixers.spectral_fast import complex_matmul_in_real_arithmetic
+from afno_seg.mixers.forms import select
 
 from conftest import (
     ONE_LAYER,
@@ -49,6 +46,7 @@ def mmseg_scope():
 @pytest.mark.parametrize('shrink', ['split', 'magnitude'])
 @pytest.mark.parametrize('fraction, hw', [(1.0, (6, 9)), (0.25, (12, 10)), (0.5, (7, 7))])
 def test_afno_real_arithmetic_equals_the_fused_and_composed_paths(shrink, fraction, hw):
+    """AFNO's ``op`` export form (real arithmetic) equals its ``fast`` and ``reference`` forms."""
     torch.manual_seed(0)
     mixer = AFNOMixer(16, num_blocks=4, hidden_size_factor=2, sparsity_threshold=0.01,
                       hard_thresholding_fraction=fraction, shrink=shrink).double()
@@ -56,40 +54,25 @@ def test_afno_real_arithmetic_equals_the_fused_and_composed_paths(shrink, fracti
         for p in mixer.parameters():
             p.mul_(20)  # weights large enough that ReLU and the shrink both cut somewhere
     x = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64)
-    band = SpectralBand.fraction(hw, fraction)
-    real = afno_real_arithmetic(x, hw, band, (mixer.w1, mixer.b1, mixer.w2, mixer.b2),
-                                mixer.sparsity_threshold, shrink)
-    reference = mixer(x, hw)  # fused (split) or composed (magnitude)
-    mixer.fused = False
-    composed = mixer(x, hw)
-    torch.testing.assert_close(real, reference, rtol=0, atol=1e-12)
-    torch.testing.assert_close(real, composed, rtol=0, atol=1e-12)
-    assert (real - x).abs().max() > 1e-3  # the mixer did something beyond its residual
+    out = {}
+    for form in ('op', 'fast', 'reference'):
+        with use_form(form):
+            out[form] = mixer(x, hw)
+    torch.testing.assert_close(out['op'], out['fast'], rtol=0, atol=1e-12)
+    torch.testing.assert_close(out['op'], out['reference'], rtol=0, atol=1e-12)
+    assert (out['op'] - x).abs().max() > 1e-3  # the mixer did something beyond its residual
 
 
-def test_complex_matmul_in_real_arithmetic():
-    generator = torch.Generator().manual_seed(0)
-    a = torch.randn(3, 4, 5, dtype=torch.complex128, generator=generator)
-    b = torch.randn(3, 5, 2, dtype=torch.complex128, generator=generator)
-    torch.testing.assert_close(complex_matmul_in_real_arithmetic(a, b), a @ b, rtol=0, atol=1e-13)
-
-
-@pytest.mark.parametrize('mixer_cls, module, function', [
-    (AFNOMixer, afno_module, 'afno_real_arithmetic'),
-    (FNOMixer, fno_module, 'complex_matmul_in_real_arithmetic')])
-def test_export_path_is_taken_only_during_export(monkeypatch, mixer_cls, module, function):
+@pytest.mark.parametrize('mixer_cls, function', [(AFNOMixer, afno_op), (FNOMixer, fno_op)])
+def test_export_path_is_taken_only_during_export(monkeypatch, mixer_cls, function):
     torch.manual_seed(0)
     mixer = mixer_cls(16, **({'num_blocks': 4} if mixer_cls is AFNOMixer else {'modes': (3, 3)}))
     x = torch.randn(1, 8 * 10, 16)
-    calls = []
-    original = getattr(module, function)
-    monkeypatch.setattr(module, function, lambda *a: calls.append(1) or original(*a))
+    assert select(mixer).func is not function  # training/inference keep the complex path
     expected = mixer(x, (8, 10))
-    assert not calls  # training/inference keep the complex path
     monkeypatch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
-    exported = mixer(x, (8, 10))
-    assert calls
-    torch.testing.assert_close(exported, expected, rtol=1e-5, atol=1e-6)
+    assert select(mixer).func is function
+    torch.testing.assert_close(mixer(x, (8, 10)), expected, rtol=1e-5, atol=1e-6)
 
 
 def check_variant_exports(variant, tmp_path):

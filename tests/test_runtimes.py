@@ -12,8 +12,7 @@ from afno_seg.deployment import export_network, export_onnx, onnx_session, openv
 from afno_seg.deployment.benchmark import MixerAlone
 from afno_seg.deployment.onnx_export import INPUT_NAME, resolve_dft
 from afno_seg.engine.errors import UserError
-from afno_seg.mixers import mixer_variants
-from afno_seg.mixers.dft_matmul import dft_mode
+from afno_seg.mixers import mixer_variants, use_form
 
 from conftest import (
     ONE_LAYER,
@@ -25,9 +24,7 @@ from conftest import (
     tiny_segmentor,
 )
 
-# Export paths of the listed variants (AFNO's real arithmetic, GFN's and FNO's plain formulas),
-# eager paths of the composed references; the fused ones call torch.fft directly (training).
-SPECTRAL = ('afno', 'afno25', 'gfn', 'fnet', 'fno', 'afno-composed', 'gfn-composed')
+SPECTRAL = ('afno', 'afno25', 'gfn', 'fnet', 'fno')
 GRIDS = [(9, 13), (12, 7)]  # odd and even, non-square
 
 
@@ -45,16 +42,14 @@ def spectral_mixer(variant: str, channels: int = 16):
 
 @pytest.mark.parametrize('hw', GRIDS, ids=lambda hw: f'{hw[0]}x{hw[1]}')
 @pytest.mark.parametrize('variant', SPECTRAL)
-def test_both_forms_compute_the_same_mixer(variant, hw, monkeypatch):
+def test_both_forms_compute_the_same_mixer(variant, hw):
     """Forward and gradients, float64: the matmul form is the same function as torch.fft's."""
-    if not variant.endswith('-composed'):
-        monkeypatch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
     mixer = spectral_mixer(variant).double().train()
     x = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(2, hw[0] * hw[1], 16, dtype=torch.float64)
     results = {}
     for form in ('op', 'matmul'):
-        with dft_mode(form):
+        with use_form(form):
             out = mixer(x, hw)
             results[form] = (out, *torch.autograd.grad(out, [x, *mixer.parameters()], grad))
     for op_value, matmul_value in zip(*results.values()):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from afno_seg.mixers import AFNOMixer, FNetMixer, FNOMixer, GlobalFilterMixer
-from afno_seg.mixers import fnet as fnet_module
-from afno_seg.mixers.afno_fast import afno_real_arithmetic
+from afno_seg.mixers import AFNOMixer, FNetMixer, FNOMixer, GlobalFilterMixer, use_form
 from afno_seg.mixers.spectral import SpectralBand, run_in_fp32, signed_frequencies
+
+from mixer_examples import o1_branch, relative_error
 
 
 def grid_tokens(batch, hw, channels, seed=0, dtype=torch.float32):
@@ -92,37 +92,34 @@ def dft_matrix(size):
 
 @pytest.mark.parametrize('hw', [(7, 9), (8, 8), (4, 6)])
 @pytest.mark.parametrize('transform', ['fourier', 'hartley'])
-@pytest.mark.parametrize('dft_matmul', [True, False])
-def test_fnet_equals_explicit_dft(hw, transform, dft_matmul):
+@pytest.mark.parametrize('form', ['fast', 'matmul'])
+def test_fnet_equals_explicit_dft(hw, transform, form):
     channels = 6
     x = grid_tokens(2, hw, channels, dtype=torch.float64)
     grid = x.numpy().reshape(2, *hw, channels)
     spectrum = np.einsum('ah,bw,cd,nhwd->nabc', dft_matrix(hw[0]), dft_matrix(hw[1]),
                          dft_matrix(channels), grid)
     expected = spectrum.real if transform == 'fourier' else spectrum.real - spectrum.imag
-    mixer = FNetMixer(channels, transform=transform, dft_matmul=dft_matmul)
-    assert mixer.uses_matmul(hw) is dft_matmul
-    out = mixer(x, hw)
+    mixer = FNetMixer(channels, transform=transform)
+    with use_form(form):
+        out = mixer(x, hw)
+        out32 = mixer(x.float(), hw)
     assert out.dtype == torch.float64
     np.testing.assert_allclose(out.numpy().reshape(expected.shape), expected, atol=1e-10)
-    out32 = mixer(x.float(), hw)
     np.testing.assert_allclose(out32.numpy().reshape(expected.shape), expected, atol=2e-5)
 
 
 @pytest.mark.parametrize('transform', ['fourier', 'hartley'])
-def test_fnet_paths_agree_and_are_orthonormal(transform, monkeypatch):
+def test_fnet_paths_agree_and_are_orthonormal(transform):
     hw, channels = (12, 20), 8
     x = grid_tokens(3, hw, channels)
-    by_matmul = FNetMixer(channels, transform, dft_matmul=True)(x, hw)
-    by_fft = FNetMixer(channels, transform, dft_matmul=False)(x, hw)
+    with use_form('matmul'):
+        by_matmul = FNetMixer(channels, transform)(x, hw)
+    by_fft = FNetMixer(channels, transform)(x, hw)
     torch.testing.assert_close(by_matmul, by_fft, atol=2e-5, rtol=1e-5)
     if transform == 'hartley':  # the DHT is orthonormal and its own inverse
         torch.testing.assert_close(FNetMixer(channels, transform)(by_fft, hw), x, atol=2e-5,
                                    rtol=1e-5)
-    # 'auto' follows the measured per-device table (on the development CPU the FFT always won).
-    monkeypatch.setitem(fnet_module.AUTO_MATMUL_MAX_SIZE, 'cpu', 16)
-    assert FNetMixer(channels).uses_matmul((8, 16)) and not FNetMixer(channels).uses_matmul((8, 17))
-    assert not FNetMixer(channels).uses_matmul((8, 8), device_type='unmeasured')
 
 
 # ------------------------------------------------------------------------------ GFN
@@ -234,8 +231,8 @@ def test_afno_released_layout_and_paper_formula(fraction, hw):
     torch.testing.assert_close(mixer.mode_mlp(modes), o2.flatten(-2).permute(0, 3, 1, 2))
     x = grid_tokens(2, hw, channels, dtype=torch.float64)
     fused = mixer(x, hw)
-    mixer.fused = False
-    torch.testing.assert_close(fused, mixer(x, hw), atol=1e-12, rtol=1e-10)
+    with use_form('reference'):
+        torch.testing.assert_close(fused, mixer(x, hw), atol=1e-12, rtol=1e-10)
     with pytest.raises(RuntimeError):
         mixer.load_state_dict({**state, 'w1': state['w1'].transpose(2, 3)})
 
@@ -334,9 +331,9 @@ SMALL_MIXERS = [
     lambda: AFNOMixer(8, num_blocks=2, hard_thresholding_fraction=0.5, shrink='magnitude'),
     lambda: GlobalFilterMixer(8, base_hw_shape=(4, 6)),
     lambda: FNOMixer(8, modes=(2, 2)),
-    lambda: FNetMixer(8, transform='hartley', dft_matmul=True),
+    lambda: FNetMixer(8, transform='hartley'),
 ]
-SMALL_IDS = ['afno', 'afno-truncated-magnitude', 'gfn-resized', 'fno', 'fnet-matmul']
+SMALL_IDS = ['afno', 'afno-truncated-magnitude', 'gfn-resized', 'fno', 'fnet-hartley']
 
 
 @pytest.mark.parametrize('build', SMALL_MIXERS, ids=SMALL_IDS)
@@ -355,47 +352,18 @@ def test_gradcheck_in_float64(build):
 
 @pytest.mark.parametrize('build', SMALL_MIXERS, ids=SMALL_IDS)
 def test_low_precision_module_runs_spectral_work_in_fp32(build):
-    """After ``module.bfloat16()`` (no autocast) the island casts input and weights to fp32."""
+    """After ``module.bfloat16()`` (no autocast) the island casts input and weights to fp32:
+    only the output's rounding to bf16 remains (2^-9 relative; measured 0.2% L2), within 0.5%.
+    AFNO's spectral branch is O(1) of its output (``o1_branch``), so returning the residual
+    alone fails (the negative control)."""
     torch.manual_seed(0)
-    mixer, hw = build().bfloat16(), (6, 7)
+    mixer, hw = o1_branch(build()).bfloat16(), (6, 7)
     x = grid_tokens(2, hw, 8).bfloat16()
     out = mixer(x, hw)
     assert out.dtype == torch.bfloat16
     reference = copy.deepcopy(mixer).float()(x.float(), hw)  # same (bf16-rounded) weights
-    relative = (out.float() - reference).norm() / reference.norm()
-    assert relative < 1e-2  # only the output's rounding to bf16 (2^-9 relative) remains
-
-
-def outputs_and_gradients(fn, inputs, seed=1):
-    out = fn(*inputs)
-    grad = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(seed))
-    return out, torch.autograd.grad(out, inputs, grad)
-
-
-@pytest.mark.parametrize('case', ['afno-onnx-split', 'afno-onnx-magnitude', 'fnet-matmul'])
-def test_export_and_matmul_forms_equal_the_formula_with_gradients(case):
-    """Forward and gradients in float64 (the fused paths: tests/test_benchmarks.py)."""
-    hw = (6, 7)
-    x = grid_tokens(2, hw, 16, dtype=torch.float64).requires_grad_()
-    if case == 'fnet-matmul':
-        fast, plain = (lambda t, m=FNetMixer(16, dft_matmul=flag): m(t, hw)
-                       for flag in (True, False))
-        inputs = (x,)
-    else:
-        shrink = case.split('-')[-1]
-        mixer = scaled_afno(std=0.4, shrink=shrink, hard_thresholding_fraction=0.5,
-                            fused=False).double()
-        band, params = SpectralBand.fraction(hw, 0.5), tuple(mixer.parameters())
-        inputs = (x, *params)
-        fast = lambda t, *w: afno_real_arithmetic(t, hw, band, w, mixer.sparsity_threshold,  # noqa: E731
-                                                   shrink)
-        plain = lambda t, *w: torch.func.functional_call(  # noqa: E731
-            mixer, dict(zip(['w1', 'b1', 'w2', 'b2'], w)), (t, hw))
-    (out, grads), (ref, ref_grads) = (outputs_and_gradients(f, inputs) for f in (fast, plain))
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
-    for got, expected in zip(grads, ref_grads):
-        torch.testing.assert_close(got, expected, atol=1e-11, rtol=1e-9)
-    assert (out - x).abs().max() > 1e-3 and all(g.abs().sum() > 0 for g in grads)
+    assert relative_error(out, reference) < 0.005
+    assert relative_error(x, reference) > 0.05
 
 
 # ------------------------------------------------------------------------------ arguments
@@ -406,7 +374,6 @@ def test_export_and_matmul_forms_equal_the_formula_with_gradients(case):
     lambda: AFNOMixer(16, shrink='hard'),
     lambda: AFNOMixer(16, sparsity_threshold=-1.0),
     lambda: FNetMixer(16, transform='cosine'),
-    lambda: FNetMixer(16, dft_matmul='sometimes'),
     lambda: FNOMixer(16, modes=(0, 4)),
     lambda: GlobalFilterMixer(16, base_hw_shape=(0, 8)),
 ])

@@ -44,6 +44,7 @@ from mmengine.analysis import FlopAnalyzer
 from mmengine.analysis.jit_handles import addmm_flop_jit, einsum_flop_jit, get_shape
 from torch import Tensor, nn
 
+from ..mixers.spectral import fft_flops
 from .tracing import inline_autograd_functions, shape_only_attention, tracing_for_flops
 
 __all__ = [
@@ -90,11 +91,9 @@ def is_fft_op(name: str) -> bool:
 
 # ---------------------------------------------------------------- FFTs
 def fft_op_flops(lengths: list[int], batch: int, real: bool) -> float:
-    """Real FLOPs of ``batch`` FFTs over ``lengths``: ``(2.5 if real else 5) N log2 N``."""
-    points = _prod(lengths)
-    if points <= 1:
-        return 0.0
-    return batch * (2.5 if real else 5.0) * points * math.log2(points)
+    """Real FLOPs of ``batch`` FFTs over ``lengths``: the mixers' own formula,
+    :func:`~afno_seg.mixers.spectral.fft_flops`."""
+    return batch * fft_flops(_prod(lengths), real=real)
 
 
 # aten op -> (family, default dims). Families: 'full' (complex output of the full length; the

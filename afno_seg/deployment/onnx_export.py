@@ -3,17 +3,16 @@
 The graph is ``EncoderDecoder.encode_decode``: input the normalised image ``(1, 3, H, W)`` (what
 the data preprocessor makes of an image: BGR->RGB, mean/std, padding), output the logits
 ``(1, num_classes, H, W)``; pre- and post-processing (resize to the original image, argmax) stay
-outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opset 20); AFNO
-switches to real arithmetic by itself during export.
+outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opset 20); the
+mixers run their export forms (:mod:`afno_seg.mixers.forms`: real arithmetic, no complex matmul).
 
 The spectral mixers' transforms (AFNO, GFN, FNet, FNO) go into the graph in one of two forms
 (``dft``): ``'op'``, the ONNX ``DFT`` operator, or ``'matmul'``, real matrix products with constant
-DFT matrices (:mod:`afno_seg.mixers.dft_tokens` for AFNO, GFN and FNet in the tokens' layout,
-:mod:`afno_seg.mixers.dft_matmul` for FNO; a truncated band is computed directly, so AFNO-25% and
-FNO cost what they keep). ``'auto'`` (:func:`resolve_dft`) takes the matmul form for a fixed input
-size, the op form with ``dynamic=True`` (the matrices are built for the export's sizes); the
-rule's measurements are in ``BENCHMARKS.md`` ("DFT as matmuls"). OpenVINO needs the matmul form
-(:func:`.predictor.openvino_session`).
+DFT matrices (:mod:`afno_seg.mixers.export.dft`, in the tokens' layout; a truncated band is
+computed directly, so AFNO-25% and FNO cost what they keep). ``'auto'`` (:func:`resolve_dft`)
+takes the matmul form for a fixed input size, the op form with ``dynamic=True`` (the matrices
+are built for the export's sizes); the rule's measurements are in ``BENCHMARKS.md`` ("DFT as
+matmuls"). OpenVINO needs the matmul form (:func:`.predictor.openvino_session`).
 
 ``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
 cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a
@@ -29,7 +28,7 @@ from torch import Tensor, nn
 
 from ..engine.errors import UserError
 from ..mixers.base import TokenMixer
-from ..mixers.dft_matmul import dft_mode
+from ..mixers.forms import use_form
 
 __all__ = ['DFT_CHOICES', 'SegmentorLogits', 'export_onnx', 'onnx_max_abs_difference',
            'onnx_session', 'resolve_dft', 'static_shape_mixers']
@@ -124,7 +123,7 @@ def export_network(network: nn.Module, example: Tensor, out: str, dynamic: bool 
                 torch.export.Dim('width', min=min_size, max=8192))
         dynamic_shapes = ({2: dims[0], 3: dims[1]}, )
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
-    with torch.no_grad(), dft_mode(form):
+    with torch.no_grad(), use_form(form):
         program = torch.onnx.export(
             network.eval(), (example, ), dynamo=True, opset_version=opset,
             input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_shapes=dynamic_shapes,

@@ -1,8 +1,9 @@
 """Forward+backward time and peak memory of every token mixer at SegFormer-B3's stage widths.
 
 The machinery of ``tools/analysis/benchmark_mixers.py`` (its docstring has the method). The
-mixers are the catalogue's variants (:func:`afno_seg.mixers.mixer_catalogue`: listed ones by
-default, references such as ``afno-composed`` by name), built for each stage with
+mixers are the catalogue's variants (:func:`afno_seg.mixers.mixer_catalogue`), and by name
+``NAME-composed``: the variant in its ``reference`` form (:mod:`afno_seg.mixers.forms`, the plain
+formula its fast form is tested against), built for each stage with
 :func:`~afno_seg.backbones.stage.build_mixer` and the stage's arguments (GFN's filter stored at the
 measured grid, as when training at that crop; ESA's reduction capped by the grid); next to them
 the reference workloads (the bare FFT round trip, matmuls, a copy).
@@ -16,6 +17,7 @@ import torch
 
 from ..backbones.stage import build_mixer, stage_arguments
 from ..mixers.catalogue import find_variant, mixer_catalogue
+from ..mixers.forms import declared_forms, use_form
 from .benchmarking import (
     Candidate,
     autocast_factory,
@@ -44,9 +46,14 @@ AFNO_BLOCKS = 8  # the matmul references carry the multiply-adds of AFNO-100%'s 
 REFERENCE_NAMES = ['fft', 'fft-torch', 'matmul', 'matmul-complex', 'copy']
 
 
+COMPOSED = '-composed'
+
+
 def mixer_names() -> list[str]:
-    """Every catalogue variant, references (unlisted) included."""
-    return [entry.name for entry in mixer_catalogue(include_unlisted=True)]
+    """Every catalogue variant, and ``NAME-composed`` of those with a ``fast`` form."""
+    entries = mixer_catalogue(include_unlisted=True)
+    return [e.name for e in entries] + [e.name + COMPOSED for e in entries
+                                        if 'fast' in declared_forms(e.cls)]
 
 
 def default_mixers() -> list[str]:
@@ -55,7 +62,7 @@ def default_mixers() -> list[str]:
 
 def spectral_names() -> list[str]:
     """Variants compared against the FFT round trip."""
-    return [e.name for e in mixer_catalogue(include_unlisted=True) if e.spectral]
+    return [name for name in mixer_names() if find_variant(name.removesuffix(COMPOSED)).spectral]
 
 
 def attention_names() -> list[str]:
@@ -64,7 +71,7 @@ def attention_names() -> list[str]:
 
 
 def build_stage_mixer(name: str, stage: Stage, hw: tuple[int, int]) -> torch.nn.Module:
-    entry = find_variant(name)
+    entry = find_variant(name.removesuffix(COMPOSED))
     args = stage_arguments(stage.channels, stage.heads, min(stage.sr_ratio, *hw), hw)
     return build_mixer(entry.config, **args)
 
@@ -92,7 +99,7 @@ class _BareRoundTrip(torch.autograd.Function):
 
 
 def _round_trip(x, hw_shape):
-    from afno_seg.mixers.spectral_fast import irfft2_to_tokens, rfft2_of_tokens
+    from afno_seg.mixers.fast.transforms import irfft2_to_tokens, rfft2_of_tokens
     return irfft2_to_tokens(rfft2_of_tokens(x, hw_shape), hw_shape)
 
 
@@ -110,6 +117,12 @@ def build_candidate(name: str, stage: Stage, grid: int, batch: int, device: str,
         module = build_stage_mixer(name, stage, hw).to(device).train()
         gflop = batch * sum(module.flops(hw).values()) / 1e9
         call = torch.compile(module) if compile_ else module
+        if name.endswith(COMPOSED):
+            def composed():
+                with use_form('reference'):
+                    return call(x, hw)
+            return Candidate(name, composed, [x, *module.parameters()], torch.randn_like(x),
+                             gflop, autocast)
         return Candidate(name + ('+compile' if compile_ else ''), lambda: call(x, hw),
                          [x, *module.parameters()], torch.randn_like(x), gflop, autocast)
     if name == 'fft':

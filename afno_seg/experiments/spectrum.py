@@ -29,9 +29,9 @@ from torch import Tensor
 from ..backbones.mit_checkpoint import mit_position
 from ..mixers.afno import AFNOMixer
 from ..mixers.base import TokenMixer
+from ..mixers.fast.transforms import hermitian_column_weight, spectrum_to_grid, tokens_to_spectrum
 from ..mixers.gfn import GlobalFilterMixer
 from ..mixers.spectral import SpectralBand, grid_to_tokens, signed_frequencies, tokens_to_grid
-from ..mixers.spectral_fast import hermitian_column_weight, spectrum_to_grid, tokens_to_spectrum
 
 __all__ = ['MixerProbe', 'afno_shrink_stats', 'band_edges', 'gfn_filters', 'mixer_layers',
            'radial_band_index', 'radial_energy']

@@ -19,11 +19,12 @@ from .catalogue import (
 )
 from .fnet import FNetMixer
 from .fno import FNOMixer
+from .forms import FORMS, current_form, use_form
 from .gfn import GlobalFilterMixer, resample_filter
 from .long_short import LongShortAttentionMixer
 
-__all__ = ['AFNOMixer', 'AxialAttentionMixer', 'EfficientSelfAttentionMixer', 'FNOMixer',
+__all__ = ['AFNOMixer', 'AxialAttentionMixer', 'EfficientSelfAttentionMixer', 'FNOMixer', 'FORMS',
            'FNetMixer', 'FullSelfAttentionMixer', 'GlobalFilterMixer', 'LongShortAttentionMixer',
-           'TokenMixer', 'Variant', 'catalogue_markdown', 'find_variant', 'is_spectral',
-           'mixer_catalogue', 'mixer_classes', 'mixer_variants', 'registered_mixers',
-           'resample_filter', 'stores_grid']
+           'TokenMixer', 'Variant', 'catalogue_markdown', 'current_form', 'find_variant',
+           'is_spectral', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
+           'registered_mixers', 'resample_filter', 'stores_grid', 'use_form']

@@ -9,8 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .afno_fast import afno_real_arithmetic, fused_afno
 from .base import TokenMixer, Variant
+from .export import afno_matmul, afno_op
+from .fast import afno_fast
+from .forms import select
 from .spectral import SpectralBand, irfft2, rfft2, rfft2_flops, run_in_fp32
 
 __all__ = ['AFNOMixer']
@@ -36,7 +38,9 @@ class AFNOMixer(TokenMixer):
 
     Kept modes: ``hard_thresholding_fraction`` f_h of the frequencies along both axes
     (:meth:`SpectralBand.fraction`); the MLP runs only on those. ``+ X`` is the paper's own
-    residual. Not shift-equivariant (biases, split ReLU). Spectral work in float32.
+    residual. Not shift-equivariant (biases, split ReLU). Spectral work in float32. Forms
+    (:mod:`.forms`): ``fast`` one autograd function with a hand-written backward
+    (:func:`.fast.fused_afno`), ``op`` and ``matmul`` real arithmetic (:mod:`.export`).
 
     Shapes: ``(B, H*W, C) -> (B, H*W, C)``, any H, W. Parameters (released layout, index 0 real,
     1 imaginary): ``w1 (2, k, d, f d)``, ``b1 (2, k, f d)``, ``w2 (2, k, f d, d)``,
@@ -50,8 +54,6 @@ class AFNOMixer(TokenMixer):
         sparsity_threshold (float): lambda >= 0. Default: 0.01.
         hard_thresholding_fraction (float): f_h in (0, 1]. Default: 1.0.
         shrink (str): ``'split'`` or ``'magnitude'`` (keeps the phase). Default: 'split'.
-        fused (bool): Take :mod:`.afno_fast` (and the adjoint transforms); False runs
-            :meth:`mode_mlp` on plain torch transforms. Default: True.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
@@ -62,8 +64,6 @@ class AFNOMixer(TokenMixer):
         'afno25': Variant('AFNO-25%', dict(num_blocks=8, hidden_size_factor=1,
                                            sparsity_threshold=0.01,
                                            hard_thresholding_fraction=0.25)),
-        'afno-composed': Variant('AFNO-100% (composed reference)',
-                                 dict(num_blocks=8, fused=False), listed=False),
     }
     example_args = dict(num_blocks=4)
     extra_examples = {
@@ -73,10 +73,11 @@ class AFNOMixer(TokenMixer):
                                 hard_thresholding_fraction=0.25),
     }
     flop_terms = ('fft', 'mlp')
+    forms = {'fast': afno_fast, 'op': afno_op, 'matmul': afno_matmul}
 
     def __init__(self, embed_dims: int, num_blocks: int = 8, hidden_size_factor: int = 1,
                  sparsity_threshold: float = 0.01, hard_thresholding_fraction: float = 1.0,
-                 shrink: str = 'split', fused: bool = True, init_cfg: dict | None = None) -> None:
+                 shrink: str = 'split', init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
         if num_blocks < 1 or embed_dims % num_blocks:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_blocks '
@@ -99,7 +100,6 @@ class AFNOMixer(TokenMixer):
         # fails on the band's ceil() ("AssertionError: Source of ...", torch 2.14).
         self._fraction_text = repr(self.hard_thresholding_fraction)
         self.shrink = shrink
-        self.fused = bool(fused)
         hidden = self.block_size * hidden_size_factor
         self.w1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, self.block_size, hidden))
         self.b1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, hidden))
@@ -126,20 +126,21 @@ class AFNOMixer(TokenMixer):
         # On the real view: element-wise work, which the FLOP count leaves out.
         return torch.view_as_complex(torch.view_as_real(z) * gain.unsqueeze(-1))
 
+    def band(self, hw_shape: tuple[int, int]) -> SpectralBand:
+        """The modes kept on an ``H x W`` grid."""
+        return SpectralBand.fraction(tuple(hw_shape), float(self._fraction_text))
+
+    def weights(self) -> tuple[Tensor, ...]:
+        """``(w1, b1, w2, b2)`` in the released layout."""
+        return self.w1, self.b1, self.w2, self.b2
+
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         self.check_tokens(x, hw_shape)
-        return run_in_fp32(self._forward_fp32, x, tuple(hw_shape))
+        return run_in_fp32(select(self), x, tuple(hw_shape))
 
-    def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        band = SpectralBand.fraction(hw_shape, float(self._fraction_text))
-        weights = (self.w1, self.b1, self.w2, self.b2)
-        if torch.onnx.is_in_onnx_export():  # ONNX has no complex matmul
-            return afno_real_arithmetic(x, hw_shape, band, weights, self.sparsity_threshold,
-                                        self.shrink)
-        if self.fused and self.shrink == 'split':
-            return fused_afno(x, weights, hw_shape, band, self.sparsity_threshold)
-        modes = self.mode_mlp(rfft2(x, hw_shape, band, fast=self.fused))
-        return x + irfft2(modes, hw_shape, band, fast=self.fused)
+    def formula(self, x: Tensor, hw_shape: tuple[int, int], fast: bool = False) -> Tensor:
+        band = self.band(hw_shape)
+        return x + irfft2(self.mode_mlp(rfft2(x, hw_shape, band, fast)), hw_shape, band, fast)
 
     @property
     def onnx_dynamic_shape(self) -> bool:
@@ -148,7 +149,7 @@ class AFNOMixer(TokenMixer):
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'mlp': two complex block-diagonal layers on kept modes}``."""
-        band = SpectralBand.fraction(tuple(hw_shape), self.hard_thresholding_fraction)
+        band = self.band(hw_shape)
         hidden = self.embed_dims * self.hidden_size_factor
         return {
             'fft': 2 * rfft2_flops(hw_shape, self.embed_dims),

@@ -47,6 +47,8 @@ class TokenMixer(BaseModule):
     flop_terms: ClassVar[tuple[str, ...]] = ()
     #: Exports to ONNX with dynamic H, W (may be a property that depends on the arguments).
     onnx_dynamic_shape: ClassVar[bool] = True
+    #: Forms besides ``formula(x, hw_shape)``, name -> ``fn(mixer, x, hw_shape)`` (:mod:`.forms`).
+    forms: ClassVar[dict] = {}
 
     def __init__(self, embed_dims: int, init_cfg: dict | None = None) -> None:
         super().__init__(init_cfg=init_cfg)

@@ -9,10 +9,10 @@ from torch import Tensor, nn
 
 from ..registry import register_model
 from .base import TokenMixer, Variant
-from .dft_matmul import current_dft_mode
-from .dft_tokens import filter_tokens
+from .export import gfn_matmul
+from .fast import gfn_fast
+from .forms import select
 from .spectral import irfft2, rfft2, rfft2_flops, run_in_fp32, signed_frequencies
-from .spectral_fast import spectral_filter
 
 __all__ = ['GlobalFilterMixer', 'resample_filter']
 
@@ -67,31 +67,27 @@ class GlobalFilterMixer(TokenMixer):
     ``K`` is complex ``(H, W//2+1, C)``: a circular convolution per channel, so exactly
     equivariant to circular shifts; no residual. ``K`` is stored at ``base_hw_shape``
     (``complex_weight (H0, W0//2+1, C, 2)``, GFNet's layout) and resampled for other grids
-    (:func:`resample_filter`). Spectral work in float32.
+    (:func:`resample_filter`). Spectral work in float32. Forms (:mod:`.forms`): ``fast`` a
+    written-out backward (:func:`.fast.gfn_fast`), ``matmul`` :mod:`.export`'s DFT.
 
     Cost (:meth:`flops`): ``2 rfft2`` plus 6 FLOPs per complex product, ``6 C H (W//2+1)``.
 
     Args:
         embed_dims (int): Channels C.
         base_hw_shape (tuple[int, int]): Grid the filter is stored at. Default: (64, 64).
-        fused (bool): Take :func:`~.spectral_fast.spectral_filter` (written-out backward); False
-            runs the formula on plain torch transforms. Default: True.
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
-    variants = {
-        'gfn': Variant('GFN'),
-        'gfn-composed': Variant('GFN (composed reference)', dict(fused=False), listed=False),
-    }
+    variants = {'gfn': Variant('GFN')}
     # Stored at 8 x 8: the suites' other grids (non-square, odd) run through the resampling.
     example_args = dict(base_hw_shape=(8, 8))
     extra_examples = {'base-grid-6x10': dict(base_hw_shape=(6, 10))}
     flop_terms = ('fft', 'filter')
+    forms = {'fast': gfn_fast, 'matmul': gfn_matmul}
 
     def __init__(self, embed_dims: int, base_hw_shape: tuple[int, int] = (64, 64),
-                 fused: bool = True, init_cfg: dict | None = None) -> None:
+                 init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
-        self.fused = bool(fused)
         self.base_hw_shape = tuple(int(size) for size in base_hw_shape)
         if len(self.base_hw_shape) != 2 or min(self.base_hw_shape) < 1:
             raise ValueError(f'base_hw_shape must be two positive sizes, got {base_hw_shape}')
@@ -105,17 +101,16 @@ class GlobalFilterMixer(TokenMixer):
         weight = resample_filter(weight, tuple(hw_shape), self.base_hw_shape)
         return torch.view_as_complex(weight.contiguous())
 
+    def kernel(self, hw_shape: tuple[int, int], dtype: torch.dtype) -> Tensor:
+        """The filter channels first, ``(C, H, W // 2 + 1)``."""
+        return self.filter_at(hw_shape, dtype).permute(2, 0, 1)
+
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         self.check_tokens(x, hw_shape)
-        return run_in_fp32(self._forward_fp32, x, tuple(hw_shape))
+        return run_in_fp32(select(self), x, tuple(hw_shape))
 
-    def _forward_fp32(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        kernel = self.filter_at(hw_shape, x.dtype).permute(2, 0, 1)  # (C, H, W//2+1)
-        if self.fused and not torch.onnx.is_in_onnx_export():
-            return spectral_filter(x, kernel, hw_shape)
-        if current_dft_mode() == 'matmul':  # the export's form: channels-last, no complex tensor
-            return filter_tokens(x, kernel, hw_shape)
-        return irfft2(rfft2(x, hw_shape, fast=False) * kernel, hw_shape, fast=False)
+    def formula(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        return irfft2(rfft2(x, hw_shape) * self.kernel(hw_shape, x.dtype), hw_shape)
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'filter': 6 FLOPs per complex product}``."""

@@ -7,12 +7,10 @@ Spectral work runs in float32 with autocast off (:func:`run_in_fp32`): CPU FFTs 
 kernels and cuFFT's need power-of-two sizes.
 
 :func:`rfft2` and :func:`irfft2` (with a band: only its rows and columns) and :func:`fft3` are the
-transforms the mixers' formulas call, and the only ones run during ONNX export (the fused
-training paths are not taken there); ``fast=True`` swaps in :mod:`.spectral_fast`'s
-adjoint-gradient versions (same values, cheaper backward). Inside ``dft_mode('matmul')``
-(:mod:`.dft_matmul`; the ONNX export's ``--dft matmul``) all three compute by real matmuls with
-constant DFT matrices instead of ``torch.fft``, a band's modes directly (same values; ``fast`` is
-then moot).
+transforms the mixers' formulas call; ``fast=True`` (the ``fast`` form, :mod:`.forms`) swaps in
+:mod:`.fast.transforms`' adjoint-gradient versions (same values, cheaper backward). The DFT as
+matmuls is :mod:`.export.dft`. :func:`fft_flops` is THE FFT FLOP formula (``docs/flops.md``);
+the traced counter (:mod:`afno_seg.analysis.flops`) imports it.
 
 References:
     Guibas et al., arXiv:2111.13587 (AFNO). Li et al., arXiv:2010.08895 (FNO).
@@ -25,10 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import dft_matmul, spectral_fast
-from .dft_matmul import dft_mode
+from .fast import transforms as fast_transforms
 
-__all__ = ['SpectralBand', 'dft_mode', 'fft3', 'fft_flops', 'fp32_island', 'grid_to_tokens',
+__all__ = ['SpectralBand', 'fft3', 'fft_flops', 'fp32_island', 'grid_to_tokens',
            'irfft2', 'kept_count', 'rfft2', 'rfft2_flops', 'run_in_fp32', 'signed_frequencies',
            'spectral_dtype', 'tokens_to_grid']
 
@@ -67,37 +64,28 @@ def grid_to_tokens(x: Tensor) -> Tensor:
 
 
 def rfft2(x: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None' = None,
-          fast: bool = True) -> Tensor:
+          fast: bool = False) -> Tensor:
     """``Z = rfft2(X)`` of tokens ``(B, H*W, C)`` -> ``(B, C, H, W//2+1)``, or the band's kept
     modes ``(B, C, rows, cols)``."""
-    if dft_matmul.current_dft_mode() == 'matmul':
-        grid = tokens_to_grid(x, hw_shape).permute(0, 3, 1, 2)
-        return torch.complex(*dft_matmul.rfft2(grid, band))
     if fast:
-        spectrum = spectral_fast.tokens_to_spectrum(x, hw_shape)
+        spectrum = fast_transforms.tokens_to_spectrum(x, hw_shape)
     else:
         spectrum = torch.fft.rfft2(tokens_to_grid(x, hw_shape).permute(0, 3, 1, 2), norm='ortho')
     return spectrum if band is None else band.gather(spectrum)
 
 
 def irfft2(modes: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None' = None,
-           fast: bool = True) -> Tensor:
+           fast: bool = False) -> Tensor:
     """``X = irfft2(Z)`` of ``(B, C, H, W//2+1)`` (or a band's modes, zero elsewhere) -> tokens
     ``(B, H*W, C)``."""
-    if dft_matmul.current_dft_mode() == 'matmul':
-        parts = torch.view_as_real(modes)
-        grid = dft_matmul.irfft2(parts[..., 0], parts[..., 1], tuple(hw_shape), band)
-        return grid.flatten(2).mT
     spectrum = modes if band is None else band.scatter(modes)
     if fast:
-        return spectral_fast.spectrum_to_grid(spectrum, hw_shape).flatten(1, 2)
+        return fast_transforms.spectrum_to_grid(spectrum, hw_shape).flatten(1, 2)
     return torch.fft.irfft2(spectrum, s=tuple(hw_shape), norm='ortho').flatten(2).mT
 
 
 def fft3(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     """The complex DFT of tokens ``(B, H*W, C)`` over ``(H, W, C)`` -> ``(B, H*W, C)``."""
-    if dft_matmul.current_dft_mode() == 'matmul':
-        return grid_to_tokens(torch.complex(*dft_matmul.fft3(tokens_to_grid(x, hw_shape))))
     return grid_to_tokens(torch.fft.fftn(tokens_to_grid(x, hw_shape), dim=(1, 2, 3),
                                          norm='ortho'))
 
@@ -176,9 +164,6 @@ class SpectralBand:
         """Kept modes ``(..., n_rows, n_cols)`` -> spectrum ``(..., H, W//2+1)``, 0 elsewhere."""
         if self.is_full:
             return modes
-        if modes.is_complex() and torch.onnx.is_in_onnx_export():  # no complex zeros in ONNX
-            parts = torch.view_as_real(modes)
-            return torch.complex(self.scatter(parts[..., 0]), self.scatter(parts[..., 1]))
         spectrum = modes.new_zeros(*modes.shape[:-2], self.height, self.width // 2 + 1)
         spectrum[..., :self.n_low, :self.n_cols] = modes[..., :self.n_low, :]
         if self.n_high:

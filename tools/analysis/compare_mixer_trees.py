@@ -5,24 +5,27 @@
 For refactors that must not slow a mixer down: each tree's ``afno_seg/mixers`` is loaded as its
 own package (registration stubbed out, so both load), and every round times each mixer once per
 tree, alternating, at SegFormer-B3 stage points (fp32, batch 1). Prints the median of the
-per-round ratios NEW / OLD (below 1: the new tree is faster).
+per-round ratios NEW / OLD (below 1: the new tree is faster). ``NAME-composed`` is the mixer's
+plain formula: ``use_form('reference')`` of the tree's ``mixers/forms.py``, or ``fused=False`` in a
+tree from before that switch.
 """
 import argparse
+import contextlib
 import importlib
 import statistics
 import sys
 import time
 import types
+from functools import partial
 from pathlib import Path
 
 import torch
 
 POINTS = [(2, 128, 128), (3, 320, 64)]  # (B3 stage, channels, square grid)
 MIXERS = {'afno': ('afno', 'AFNOMixer', {}), 'afno25': ('afno', 'AFNOMixer',
-          {'hard_thresholding_fraction': 0.25}), 'afno-composed': ('afno', 'AFNOMixer',
-          {'fused': False}), 'gfn': ('gfn', 'GlobalFilterMixer', {}), 'gfn-composed':
-          ('gfn', 'GlobalFilterMixer', {'fused': False}), 'fnet': ('fnet', 'FNetMixer', {}),
-          'fno': ('fno', 'FNOMixer', {'modes': (16, 16)})}
+          {'hard_thresholding_fraction': 0.25}), 'afno-composed': ('afno', 'AFNOMixer', {}),
+          'gfn': ('gfn', 'GlobalFilterMixer', {}), 'gfn-composed': ('gfn', 'GlobalFilterMixer', {}),
+          'fnet': ('fnet', 'FNetMixer', {}), 'fno': ('fno', 'FNOMixer', {'modes': (16, 16)})}
 
 
 def load_tree(root: Path, alias: str) -> str:
@@ -38,9 +41,25 @@ def load_tree(root: Path, alias: str) -> str:
     return f'{alias}.mixers'
 
 
+def build(package: str, name: str, channels: int):
+    """``(mixer, context it runs in)`` of ``name`` from one tree."""
+    module, cls_name, kwargs = MIXERS[name]
+    cls = getattr(importlib.import_module(f'{package}.{module}'), cls_name)
+    composed = name.endswith('-composed')
+    try:
+        forms = importlib.import_module(f'{package}.forms')
+    except ModuleNotFoundError:  # before the forms switch
+        return cls(channels, **kwargs, **({'fused': False} if composed else {})), \
+            contextlib.nullcontext
+    return cls(channels, **kwargs), (partial(forms.use_form, 'reference') if composed
+                                     else contextlib.nullcontext)
+
+
 def step(mixer, x, hw):
+    mixer, context = mixer
     start = time.perf_counter()
-    mixer(x, hw).backward(torch.ones_like(x))
+    with context():
+        mixer(x, hw).backward(torch.ones_like(x))
     return time.perf_counter() - start
 
 
@@ -59,14 +78,12 @@ def main() -> None:
     for stage, channels, grid in POINTS:
         hw = (grid, grid)
         for name in args.mixers:
-            module, cls_name, kwargs = MIXERS[name]
             if name == 'fno' and channels > 128:
                 continue  # 400 MB of weights per layer at C = 320
             mixers = []
             for package in packages:
                 torch.manual_seed(0)
-                cls = getattr(importlib.import_module(f'{package}.{module}'), cls_name)
-                mixers.append(cls(channels, **kwargs))
+                mixers.append(build(package, name, channels))
             x = torch.randn(1, grid * grid, channels, requires_grad=True)
             for mixer in mixers:  # warm-up
                 step(mixer, x, hw)

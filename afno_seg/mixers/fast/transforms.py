@@ -1,27 +1,21 @@
-"""Optional fast paths of the spectral mixers (the maths is in :mod:`.spectral` and each mixer).
+"""Fast transforms of the spectral mixers' training form (the maths is in :mod:`..spectral`).
 
-Everything here computes what the plain torch formula computes, faster on CPU or in a runtime
-that lacks an op, and is tested equal to it in float64 (``tests/test_spectral_mixers.py``); why
-each one is faster is measured in ``BENCHMARKS.md`` ("Spectral mixers on CPU").
+Each computes what the plain ``torch.fft`` formula computes, with a cheaper backward on CPU, and
+is tested equal to it in float64 (``tests/test_mixer_contract.py``); why each is faster is
+measured in ``BENCHMARKS.md`` ("Spectral mixers on CPU").
 
 * Adjoint-gradient transforms (:func:`tokens_to_spectrum`, :func:`spectrum_to_grid`): for
   ``Z = rfft2(X)`` the gradient is ``irfft2(w * dZ)``, for ``Y = irfft2(Z)`` it is
   ``rfft2(dY) / w`` (:func:`hermitian_column_weight`), with channels-first layout copies done
   one 2-D transpose per image (:func:`transposed_copy`).
-* GFN's filter with a written-out backward (:func:`spectral_filter`).
-* Complex products in real arithmetic for ONNX (:func:`complex_matmul_in_real_arithmetic`).
-* FNet's DFT as three matmuls (:func:`fnet_by_matmul`). AFNO's own are in :mod:`.afno_fast`.
+* GFN's filter with a written-out backward (:func:`spectral_filter`). AFNO's: :mod:`.afno`.
 """
-import math
-from functools import lru_cache
-
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-__all__ = ['complex_matmul_in_real_arithmetic', 'fnet_by_matmul', 'hermitian_column_weight',
-           'irfft2_to_tokens', 'rfft2_of_tokens', 'spectral_filter', 'spectrum_to_grid',
-           'tokens_to_spectrum', 'transposed_copy']
+__all__ = ['hermitian_column_weight', 'irfft2_to_tokens', 'rfft2_of_tokens', 'spectral_filter',
+           'spectrum_to_grid', 'tokens_to_spectrum', 'transposed_copy']
 
 
 def hermitian_column_weight(width: int, num_columns: int | None = None, *, dtype=torch.float32,
@@ -126,44 +120,3 @@ class _SpectralFilter(torch.autograd.Function):
 def spectral_filter(x: Tensor, kernel: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     """GFN's ``irfft2(rfft2(x) * kernel)``: tokens ``(B, H*W, C)``, kernel ``(C, H, W//2+1)``."""
     return _SpectralFilter.apply(x, kernel, tuple(hw_shape))
-
-
-def complex_matmul_in_real_arithmetic(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` of complex tensors from four real matmuls (ONNX has no complex matmul)."""
-    a_parts, b_parts = torch.view_as_real(a), torch.view_as_real(b)
-    a_re, a_im, b_re, b_im = a_parts[..., 0], a_parts[..., 1], b_parts[..., 0], b_parts[..., 1]
-    return torch.complex(a_re @ b_re - a_im @ b_im, a_re @ b_im + a_im @ b_re)
-
-
-@lru_cache(maxsize=64)
-def _dft_matrix(size: int, kind: str, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """Orthonormal DFT pieces, ``C = cos(2 pi jk / n) / sqrt(n)``, ``S = sin(..)``, ``F = C - iS``:
-    ``'real_to_complex'`` ``[C; -S]`` (2n x n); ``'complex'`` ``F``; ``'fourier'`` / ``'hartley'``
-    the (2n x n) map of interleaved ``[re, im]`` inputs to ``Re(F z)`` / ``Re(F z) - Im(F z)``."""
-    index = torch.arange(size, dtype=torch.float64)
-    angle = 2 * math.pi * torch.outer(index, index).remainder(size) / size
-    cos, sin = torch.cos(angle) / math.sqrt(size), torch.sin(angle) / math.sqrt(size)
-    if kind == 'real_to_complex':
-        matrix = torch.cat([cos, -sin])
-    elif kind == 'complex':
-        matrix = torch.complex(cos, -sin)
-    elif kind == 'fourier':  # Re(F z) = C zr + S zi
-        matrix = torch.stack((cos, sin), dim=1).reshape(2 * size, size)
-    else:  # Re - Im = (C + S) zr + (S - C) zi
-        matrix = torch.stack((cos + sin, sin - cos), dim=1).reshape(2 * size, size)
-    complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64
-    return matrix.to(device, complex_dtype if matrix.is_complex() else dtype)
-
-
-def fnet_by_matmul(x: Tensor, hw_shape: tuple[int, int], transform: str) -> Tensor:
-    """FNet's ``Re(F_H F_W F_C X)`` (or Hartley) of tokens ``(B, H*W, C)`` by three matmuls:
-    along H real -> complex, along W complex, along C complex -> real."""
-    (height, width), (batch, _, channels) = hw_shape, x.shape
-    device, dtype = x.device, x.dtype
-    stacked = _dft_matrix(height, 'real_to_complex', device, dtype) @ x.reshape(
-        batch, height, width * channels)
-    spectrum = torch.complex(stacked[:, :height], stacked[:, height:])
-    spectrum = _dft_matrix(width, 'complex', device, dtype) @ spectrum.reshape(
-        batch * height, width, channels)
-    interleaved = torch.view_as_real(spectrum).reshape(batch, height * width, 2 * channels)
-    return interleaved @ _dft_matrix(channels, transform, device, dtype)

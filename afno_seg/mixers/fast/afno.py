@@ -1,22 +1,15 @@
-"""Optional fast paths of :class:`~afno_seg.mixers.afno.AFNOMixer`, tested equal to its formula.
+"""The fast form of :class:`~afno_seg.mixers.afno.AFNOMixer`, tested equal to its formula.
 
-* :func:`fused_afno`: the split-shrink mixer as one autograd function with a hand-written
-  backward (the default in training; about half the memory traffic of the composed path on CPU,
-  ``BENCHMARKS.md``).
-* :func:`afno_real_arithmetic`: the form taken during ONNX export, which has complex FFTs but no
-  complex matmul: ``[ar; ai] = [[Wr, -Wi], [Wi, Wr]] [zr; zi] + [br; bi]`` per block.
+:func:`fused_afno`: the split-shrink mixer as one autograd function with a hand-written backward
+(about half the memory traffic of the formula on CPU, ``BENCHMARKS.md``).
 """
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import dft_tokens
-from .dft_matmul import current_dft_mode
-from .spectral import SpectralBand, irfft2, rfft2
-from .spectral_fast import transposed_copy
+from .transforms import transposed_copy
 
-__all__ = ['afno_real_arithmetic', 'fused_afno']
+__all__ = ['fused_afno']
 
 
 def _block_matrix(weight: Tensor, dtype: torch.dtype) -> Tensor:
@@ -74,7 +67,7 @@ class _FusedAFNO(torch.autograd.Function):
         torch.view_as_real(hidden).relu_()
         out = torch.bmm(matrix2, hidden).add_(_complex_bias(b2))
         out_real = torch.view_as_real(out)
-        torch._C._nn.softshrink(out_real, threshold, out=out_real)
+        torch.ops.aten.softshrink.out(out_real, threshold, out=out_real)
         if keep_for_backward:
             ctx.save_for_backward(tokens, hidden, out, matrix1, matrix2)
         ctx.hw_shape, ctx.band = hw_shape, band
@@ -112,69 +105,9 @@ class _FusedAFNO(torch.autograd.Function):
                 _released_layout_grad(grad_b2), None, None, None, None)
 
 
-# Eager under torch.compile (a graph break around it): inductor cannot generate code for its
-# complex GEMMs and FFTs and traced it 4-8% slower than eager at the B3 stage points; eager
-# inside a compiled model measured 0.93-1.03x (BENCHMARKS.md, "torch.compile").
-@torch.compiler.disable
-def fused_afno(x: Tensor, weights: tuple[Tensor, ...], hw_shape: tuple[int, int],
-               band: SpectralBand, threshold: float) -> Tensor:
+def fused_afno(x: Tensor, weights: tuple[Tensor, ...], hw_shape: tuple[int, int], band,
+               threshold: float) -> Tensor:
     """Split-shrink AFNO, ``x + irfft2(S(ReLU(z W1 + b1) W2 + b2))``; weights released layout."""
     weights = [w.to(x.dtype) for w in weights]
     keep = torch.is_grad_enabled() and any(t.requires_grad for t in [x, *weights])
     return _FusedAFNO.apply(x, *weights, hw_shape, band, threshold, keep)
-
-
-def _stacked_block_matrix(weight: Tensor, dtype: torch.dtype) -> Tensor:
-    """Released layout ``(2, k, d_in, d_out)`` -> real ``(k, 2 d_out, 2 d_in)``."""
-    real, imag = weight[0].to(dtype).transpose(1, 2), weight[1].to(dtype).transpose(1, 2)
-    return torch.cat([torch.cat([real, imag.neg()], dim=2), torch.cat([imag, real], dim=2)], dim=1)
-
-
-def _stacked_bias(bias: Tensor, dtype: torch.dtype) -> Tensor:
-    """Released layout ``(2, k, d)`` -> ``(k, 2 d, 1)``: real parts, then imaginary parts."""
-    return bias.to(dtype).permute(1, 0, 2).reshape(bias.shape[1], -1, 1)
-
-
-def _stacked_mlp(stacked: Tensor, weights: tuple[Tensor, ...], threshold: float, shrink: str,
-                 modes_last: bool) -> Tensor:
-    """The block MLP on stacked modes ``(B, k, 2 d, M)`` (``modes_last``: ``(B, k, M, 2 d)``)."""
-    w1, b1, w2, b2 = weights
-    dtype, part = stacked.dtype, (-1 if modes_last else -2)
-
-    def layer(z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        matrix, column = _stacked_block_matrix(weight, dtype), _stacked_bias(bias, dtype)
-        return z @ matrix.mT + column.mT if modes_last else matrix @ z + column
-
-    out = layer(F.relu(layer(stacked, w1, b1)), w2, b2)
-    if shrink == 'split':  # softshrink as x - clamp(x): the same values, two ONNX nodes
-        return out - out.clamp(-threshold, threshold)
-    # max(|a| - lambda, 0) a / |a|, the clamp guarding 0/0 only
-    real, imag = out.chunk(2, dim=part)
-    magnitude = torch.sqrt(real * real + imag * imag)
-    gain = F.relu(magnitude - threshold) / magnitude.clamp_min(1e-30)
-    return out * torch.cat([gain, gain], dim=part)
-
-
-def afno_real_arithmetic(x: Tensor, hw_shape: tuple[int, int], band: SpectralBand,
-                         weights: tuple[Tensor, ...], threshold: float,
-                         shrink: str = 'split') -> Tensor:
-    """AFNO (released-layout ``weights``, either shrink) without complex matmuls; tokens in and
-    out ``(B, H*W, C)``. Within ``dft_mode('matmul')`` the transforms are
-    :mod:`.dft_tokens`' (channels-last, no complex tensor at all)."""
-    batch, _, channels = x.shape
-    blocks = weights[0].shape[1]
-    if current_dft_mode() == 'matmul':
-        spectrum = dft_tokens.rfft2_grid(x.reshape(batch, *hw_shape, channels), band)
-        out = _stacked_mlp(dft_tokens.to_blocks(spectrum, blocks), weights, threshold, shrink,
-                           modes_last=True)
-        spectrum = dft_tokens.from_blocks(out, spectrum)
-        return dft_tokens.irfft2_grid(spectrum, hw_shape, band).reshape(x.shape) + x
-    parts = torch.view_as_real(rfft2(x, hw_shape, band, fast=False))  # (B, C, rows, cols, 2)
-    rows, cols = parts.shape[2:4]
-    stacked = torch.cat([parts[..., 0].reshape(batch, blocks, -1, rows * cols),
-                         parts[..., 1].reshape(batch, blocks, -1, rows * cols)], dim=2)
-    out = _stacked_mlp(stacked, weights, threshold, shrink, modes_last=False)
-    out_real, out_imag = out.chunk(2, dim=2)
-    modes = torch.complex(out_real.reshape(batch, channels, rows, cols),
-                          out_imag.reshape(batch, channels, rows, cols))
-    return irfft2(modes, hw_shape, band, fast=False) + x

@@ -1,46 +1,36 @@
-"""The spectral mixers' transforms of channels-last tokens as real matmuls (ONNX export form).
+"""The 2-D real DFT of channels-last tokens as real matmuls: the ``matmul`` form's transforms.
 
-:mod:`.dft_matmul` transforms channels-first grids ``(..., H, W)``: the tokens are transposed
-in and out, complex values are interleaved ``(re, im)`` pairs (ONNX's complex layout), and a
-factored W is a batch of tiny matmuls, one per row. This module keeps the tokens' layout
-``(B, H, W, C)`` and writes every transform as a few large GEMMs:
+One implementation for AFNO, GFN and FNO (FNet's 3-D transform: :mod:`.fnet`), for runtimes
+without a fast FFT. It keeps the tokens' layout ``(B, H, W, C)``, carries no complex tensor
+(ONNX has none; every runtime has ``MatMul``) and writes each transform as a few large GEMMs:
 
-* complex values are **stacked**: one real tensor with an axis of 2 (real, imaginary) placed
-  right above the axis the next product contracts, so a complex product is ONE real matmul with
-  the block matrix ``[[Mr, -Mi], [Mi, Mr]]`` over ``(part, index)``; a real input needs only
-  ``[C; -S]`` (half the work), a real output only ``[C, S]``;
-* a product contracts the outermost axis (H of ``(B, H, W*C)``: one GEMM per image) or a
-  middle one (W of ``(B, H, W, C)``: ``B H`` GEMMs of ``(cols x W) @ (W x C)``), never the
-  channel axis; the output's part axis goes wherever the next product wants it by choosing the
-  constant's row order or by broadcasting (a ``(2, 1, cols, W)`` constant times a grid
-  ``(B, 1, H, W, C)`` gives ``(B, 2, H, cols, C)``: real and imaginary parts above H).
+* complex values are **stacked**: one real tensor with an axis of 2 (real, imaginary) right
+  above the axis the next product contracts, so a complex product is ONE real matmul with
+  ``[[Mr, -Mi], [Mi, Mr]]`` over ``(part, index)``; a real input needs only ``[C; -S]``, a real
+  output only ``[C, S]``;
+* a product contracts the outermost axis (H of ``(B, H, W*C)``: one GEMM per image) or a middle
+  one (W of ``(B, H, W, C)``), never the channels; the output's part axis goes where the next
+  product wants it by the constant's row order or by broadcasting.
 
-So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex; four with both
-axes factored), with no transpose and no element-wise op, :func:`irfft2_grid` the same backwards
-(plus, after a factored axis, a transpose of long contiguous runs). Cost per channel and grid
-point, direct: ``2 cols`` multiply-adds along W, ``4 rows cols / W`` along H.
+So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex), no transpose,
+:func:`irfft2_grid` the same backwards. Cost per channel and grid point, direct: ``2 cols``
+multiply-adds along W, ``4 rows cols / W`` along H; a truncated band costs what it keeps.
 
-**Factored axes** (Cooley-Tukey as two products, :func:`.dft_matmul.split_factor` ``n = n1 n2``,
+**Factored axes** (Cooley-Tukey as two products, :func:`split_factor` ``n = n1 n2``,
 ``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
 
     A[k1, m2] = sum_m1 x[n2 m1 + m2] exp(-2 pi i m1 k1 / n1)                 one product
     X[k1, k2] = sum_m2 A[k1, m2] exp(-2 pi i m2 (k1 + n1 k2) / n)            one per k1
 
-the twiddle folded into the second product (one constant per ``k1``, a broadcast matmul):
-``4 (n1 + n2)`` multiply-adds a point instead of ``4 n`` (H, complex), ``2 n1 + 4 k2w`` instead
-of ``2 cols`` along W (real input, ``k2 < k2w = ceil(cols / n1)`` kept). The output comes in the
-order ``(k1, k2)``; :class:`Stacked` records it, the inverse reads it and returns the natural
-order, and the per-mode work in between (AFNO's block MLP, GFN's filter) takes the modes in any
-order (GFN's filter is reordered to match, the W columns past ``cols`` get weight 0 in the
-inverse). Full bands only (:func:`use_factored`, sizes from ``FACTORED_FROM``); a truncated
-band is direct and costs what it keeps.
+the twiddle folded into the second product: ``4 (n1 + n2)`` multiply-adds a point instead of
+``4 n`` (H), ``2 n1 + 4 ceil(cols / n1)`` instead of ``2 cols`` (W). The output comes in the
+order ``(k1, k2)``; :class:`Stacked` records it, the inverse returns the natural order, and the
+per-mode work in between takes the modes in any order (GFN's filter is reordered to match).
+Full bands only, from the sizes in ``FACTORED_FROM``.
 
-FNet (:func:`fnet_real`): ``Re(F_H F_W F_C X)`` with the channels first in between, so that C
-and H are outer axes and may be factored; the last product (W) computes the real part only.
-
-Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (tested in float64,
-``tests/test_dft_matmul.py``); the constants are built in float64 and cast. Timings and the
-factoring rule's measurements: ``BENCHMARKS.md`` ("DFT as matmuls").
+Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (float64 tests,
+``tests/test_dft_matmul.py``); constants are built in float64 from exact integer products mod n
+and cast. Timings and the factoring rule: ``BENCHMARKS.md`` ("DFT as matmuls").
 """
 import math
 from dataclasses import dataclass
@@ -50,10 +40,34 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .dft_matmul import hermitian_weight, phase, split_factor
+__all__ = ['FACTORED_FROM', 'Stacked', 'filter_modes', 'from_blocks', 'hermitian_weight',
+           'irfft2_grid', 'phase', 'rfft2_grid', 'split_factor', 'to_blocks', 'use_factored']
 
-__all__ = ['FACTORED_FROM', 'Stacked', 'filter_modes', 'filter_tokens', 'fnet_real',
-           'fnet_tokens', 'from_blocks', 'irfft2_grid', 'rfft2_grid', 'to_blocks', 'use_factored']
+FACTORED_MIN = 4  # both factors at least this (a factor of 2 or 3 leaves matmuls too thin)
+
+
+def split_factor(n: int) -> tuple[int, int] | None:
+    """``(n1, n2)`` with ``n1 * n2 == n``, ``n1 <= n2``, ``n1`` the largest divisor of ``n`` up to
+    ``sqrt(n)``; None when ``n1 < FACTORED_MIN`` (prime or nearly)."""
+    for n1 in range(math.isqrt(n), FACTORED_MIN - 1, -1):
+        if n % n1 == 0:
+            return n1, n // n1
+    return None
+
+
+def phase(out_index: Tensor, in_index: Tensor, n: int, sign: float) -> tuple[Tensor, Tensor]:
+    """``exp(sign 2 pi i outer(out, in) / n)`` as (cos, sin) in float64 (exact mod n first)."""
+    angle = sign * 2 * math.pi * torch.outer(out_index, in_index).remainder(n).double() / n
+    return torch.cos(angle), torch.sin(angle)
+
+
+def hermitian_weight(freqs: Tensor, n: int, cols: int) -> Tensor:
+    """``c_k`` of an inverse real transform: 2, 1 at frequency 0 and at n/2, 0 from ``cols`` on."""
+    weight = torch.where(freqs < cols, 2.0, 0.0).double()
+    weight[freqs == 0] = 1.0
+    if n % 2 == 0:
+        weight[freqs == n // 2] = 1.0
+    return weight
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,7 @@ class Stacked:
 
 
 # A full-band axis is factored from this size up (and when it splits into factors >= 4,
-# :func:`.dft_matmul.split_factor`), by measurement (BENCHMARKS.md, "DFT as matmuls"): H at 32
+# :func:`split_factor`), by measurement (BENCHMARKS.md, "DFT as matmuls"): H at 32
 # and 64 ran faster factored, W at 128 slower (its second product is a batch of B H n1 small
 # GEMMs against one large direct one), at 256 faster. FNet's C and its complex middle axis (H
 # channels-first, W channels-last) at 64 faster, at 32 slower.
@@ -337,117 +351,3 @@ def filter_modes(spectrum: Stacked, kernel: Tensor) -> Stacked:
     times_imag = torch.stack([-imag, real], dim=axis)
     z_real, z_imag = spectrum.data.chunk(2, dim=spectrum.part_axis)
     return Stacked(z_real * times_real + z_imag * times_imag, spectrum.factor, spectrum.w_factor)
-
-
-def _real_axis(x: Tensor, factor: tuple[int, int] | None) -> Tensor:
-    """The DFT of a real ``(P, n, N)`` along n -> ``(P, n, 2, N)``, rows ``(k1, k2)`` when
-    factored: ``2n`` multiply-adds a point, factored ``2 n1 + 4 n2``."""
-    batch, n, cols = x.shape
-    if factor is None:
-        return (_get('real_rows', n, n, 0, x) @ x).reshape(batch, n, 2, cols)
-    n1, n2 = factor
-    first = _get('real_rows', n, n1, 0, x) @ x.reshape(batch, n1, n2 * cols)
-    out = _get('f2_rows', n, n1, n2, x) @ first.reshape(batch, n1, 2 * n2, cols)
-    return out.reshape(batch, n, 2, cols)
-
-
-def _complex_axis(y: Tensor, factor: tuple[int, int] | None) -> Tensor:
-    """The DFT of a stacked ``(P, 2, n, N)`` along n -> ``(P, n, 2, N)``: ``4n`` multiply-adds a
-    point, factored ``4 (n1 + n2)``."""
-    batch, _, n, cols = y.shape
-    if factor is None:
-        return (_get('complex_rows', n, 0, 0, y) @ y.reshape(batch, 2 * n, cols)).reshape(
-            batch, n, 2, cols)
-    n1, n2 = factor
-    first = _get('f1', n, n1, n2, y) @ y.reshape(batch, 2 * n1, n2 * cols)
-    out = _get('f2_rows', n, n1, n2, y) @ first.reshape(batch, n1, 2 * n2, cols)
-    return out.reshape(batch, n, 2, cols)
-
-
-def _fnet_plan(shape: tuple[int, ...], factored: bool | None, layout: str | None = None):
-    """``(layout, axes, factor of the real axis, factor of the complex one)``; ``layout`` None:
-    the one with fewer multiply-adds a point, ``'last'`` (axes H real, W complex, C last) or
-    ``'first'`` (C real, H complex, W last)."""
-    _, height, width, channels = shape
-
-    def factor(n: int, axis: str, real: bool) -> tuple[int, int] | None:
-        split = split_factor(n)
-        if split is None or not (use_factored(n, axis) if factored is None else factored):
-            return None
-        return split[::-1] if real else split  # real first: 2 n1 + 4 n2, the larger first
-
-    def cost(n: int, split, real: bool) -> int:
-        if split is None:
-            return (2 if real else 4) * n
-        return 2 * split[0] + 4 * split[1] if real else 4 * sum(split)
-
-    plans = {'last': ((height, width, channels), factor(height, 'h', True),
-                      factor(width, 'fnet_w', False)),
-             'first': ((channels, height, width), factor(channels, 'c', True),
-                       factor(height, 'fnet_h', False))}
-    if layout is None:
-        layout = min(plans, key=lambda key: cost(plans[key][0][0], plans[key][1], True) +
-                     cost(plans[key][0][1], plans[key][2], False) + 2 * plans[key][0][2])
-    return layout, *plans[layout]
-
-
-def fnet_real(grid: Tensor, transform: str = 'fourier', factored: bool | None = None,
-              layout: str | None = None) -> Tensor:
-    """FNet's ``Re(F_H F_W F_C X)`` (or ``Re - Im``, ``transform='hartley'``) of a channels-last
-    real grid ``(B, H, W, C)``, orthonormal.
-
-    Three products over outer axes, the first of real input, the last computing the real part
-    only (``2n`` multiply-adds a point), the factored axes' outputs in the order ``(k1, k2)``
-    until a transpose restores the natural one at the end. Two layouts, the cheaper taken
-    (:func:`_fnet_plan`): ``'last'`` keeps the tokens' layout (H real, W complex, C last), so the
-    channel axis is never factored (small C, large grids); ``'first'`` transposes to channels
-    first and back (2-D transposes, onnxruntime's fast ones) so that C is the real, factored
-    axis, then H, then W last (wide C).
-
-    Args:
-        grid (Tensor): ``(B, H, W, C)``.
-        transform (str): ``'fourier'`` or ``'hartley'``. Default: 'fourier'.
-        factored (bool, optional): Force (True) or forbid (False) factoring; None:
-            :func:`use_factored`. Default: None.
-        layout (str, optional): ``'last'`` or ``'first'``; None: the cheaper. Default: None.
-    """
-    batch, height, width, channels = grid.shape
-    plan, axes, real_factor, inner_factor = _fnet_plan(grid.shape, factored, layout)
-    if plan == 'last':  # (B, H, W C) -> (B H, 2, W, C) -> (B, H, W, 2 C)
-        y = _real_axis(grid.reshape(batch, height, width * channels), real_factor)
-        z = _complex_axis(y.reshape(batch * height, 2, width, channels), inner_factor)
-    else:  # (B, C, H W) -> (B C, 2, H, W) -> (B, C, H, 2 W)
-        x = grid.reshape(batch, height * width, channels).transpose(1, 2)
-        y = _real_axis(x, real_factor)
-        z = _complex_axis(y.reshape(batch * channels, 2, height, width), inner_factor)
-    out = z.reshape(batch, axes[0], axes[1], 2 * axes[2]) @ _get(f'real_part_{transform}',
-                                                                  axes[2], 0, 0, z)
-    # the factored axes from (k1, k2) to k = k1 + n1 k2 (a transpose of runs of the last axis)
-    first_axes = list(real_factor) if real_factor else [axes[0]]
-    second_axes = list(inner_factor) if inner_factor else [axes[1]]
-    out = out.reshape(batch, *first_axes, *second_axes, axes[2])
-    if real_factor or inner_factor:
-        first = list(range(1, 1 + len(first_axes)))
-        second = list(range(1 + len(first_axes), out.dim() - 1))
-        out = out.permute(0, *reversed(first), *reversed(second), out.dim() - 1)
-    if plan == 'last':
-        return out.reshape(grid.shape)
-    # back to channels-last: a 2-D transpose (onnxruntime's fast one, unlike a 6-D one)
-    return out.reshape(batch, channels, height * width).transpose(1, 2).reshape(grid.shape)
-
-
-def _grid(x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    return x.reshape(x.shape[0], *hw_shape, x.shape[-1])
-
-
-def filter_tokens(x: Tensor, kernel: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """GFN's ``irfft2(rfft2(x) * kernel)``: tokens ``(B, H*W, C)``, ``kernel (C, H, W//2+1)``."""
-    from .spectral import SpectralBand
-    band = SpectralBand.fraction(tuple(hw_shape), 1.0)
-    spectrum = filter_modes(rfft2_grid(_grid(x, hw_shape), band), kernel)
-    return irfft2_grid(spectrum, hw_shape, band).reshape(x.shape)
-
-
-def fnet_tokens(x: Tensor, hw_shape: tuple[int, int], transform: str = 'fourier') -> Tensor:
-    """:func:`fnet_real` of tokens ``(B, H*W, C)``."""
-    return fnet_real(_grid(x, hw_shape), transform).reshape(x.shape)
