@@ -72,14 +72,19 @@ def test_train_command_resumes_only_from_a_checkpoint(tmp_path):
     run = Run(row, 3, tmp_path / 'r' / 'seed3')
     options = StudyOptions(tmp_path, cfg_options=['train_cfg.max_iters=5'])
     command = train_command(run, options)
-    assert '--resume' not in command
-    assert command[-2:] == ['randomness.seed=3', 'train_cfg.max_iters=5']
+    # the installed package's step by module name, never a script of the checkout
+    assert command[:4] == [sys.executable, '-m', 'afno_seg.experiments.study_jobs', 'train']
+    kwargs = json.loads(command[-1])
+    assert kwargs['resume'] is False and 'launcher' not in kwargs
+    assert kwargs['cfg_options'] == ['randomness.seed=3', 'train_cfg.max_iters=5']
     run.train_dir.mkdir(parents=True)
     (run.train_dir / 'last_checkpoint').write_text(str(run.train_dir / 'iter_2.pth'))
-    assert '--resume' in train_command(run, options)
+    assert json.loads(train_command(run, options)[-1])['resume'] is True
     options.gpus = 4
-    assert train_command(run, options)[:4] == ['bash', str(ROOT / 'tools' / 'dist_train.sh'),
-                                               DEMO, '4']
+    command = train_command(run, options)
+    assert command[1:3] == ['-m', 'torch.distributed.run'] and '--nproc_per_node=4' in command
+    assert json.loads(command[-1])['launcher'] == 'pytorch'
+    assert not any('tools/' in part for part in command)
 
 
 def study_args(work_dir, data_root, *extra) -> list[str]:
@@ -134,7 +139,7 @@ def test_killed_study_resumes_without_redoing_finished_runs(killed_and_resumed):
     assert 'tiny_demo__afno seed 0: finished earlier' in killed_and_resumed['resumed'].stdout
     assert 'trained 1, evaluated 1, skipped 1' in killed_and_resumed['resumed'].stdout
     afno_train_log = (work / 'logs' / 'tiny_demo__afno_s0_train.log').read_text()
-    assert afno_train_log.count('tools/train.py') == 1  # trained once, never again
+    assert afno_train_log.count('study_jobs train') == 1  # trained once, never again
     after = {str(p): p.stat().st_mtime for p in (work / 'runs' / 'tiny_demo__afno').rglob('*')}
     assert after == killed_and_resumed['before']  # nothing of the finished run was redone
     # the third invocation finds everything finished
