@@ -140,6 +140,11 @@ def test_killed_study_resumes_without_redoing_finished_runs(killed_and_resumed):
     assert 'trained 1, evaluated 1, skipped 1' in killed_and_resumed['resumed'].stdout
     afno_train_log = (work / 'logs' / 'tiny_demo__afno_s0_train.log').read_text()
     assert afno_train_log.count('study_jobs train') == 1  # trained once, never again
+    steps = [line for log in (work / 'logs').glob('*.log') if log.name != 'benchmark.log'
+             for line in log.read_text().splitlines() if line.startswith('$ ')]
+    assert len(steps) >= 6  # train, evaluate, FLOPs of each row: by module name, no tools/ script
+    assert all(' -m afno_seg.experiments.study_jobs ' in step and 'tools/' not in step
+               for step in steps)
     after = {str(p): p.stat().st_mtime for p in (work / 'runs' / 'tiny_demo__afno').rglob('*')}
     assert after == killed_and_resumed['before']  # nothing of the finished run was redone
     # the third invocation finds everything finished
