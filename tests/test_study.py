@@ -100,7 +100,7 @@ def study_args(work_dir, data_root, *extra) -> list[str]:
 
 
 def run_study_here(*args) -> SimpleNamespace:
-    """tools/analysis/mixer_study.py's main in this process (its tools still run as
+    """tools/analysis/mixer_study.py's main in this process (its steps still run as
     subprocesses, with one thread as run_tool gives them); ``stdout`` as a completed process
     has it. The kill below needs a process of its own; these runs do not."""
     study = load_script('tools/analysis/mixer_study.py')

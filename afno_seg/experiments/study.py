@@ -15,7 +15,6 @@ Each step runs in a process of its own by module name (:mod:`.study_jobs`), its 
 go to stdout.
 """
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -64,15 +63,6 @@ class StudyOptions:
 
 def _job(job: str, **kwargs) -> list[str]:
     return [sys.executable, '-m', study_jobs.__name__, job, json.dumps(kwargs)]
-
-
-def child_env() -> dict:
-    """The environment of the steps: the ``afno_seg`` this process runs first on ``PYTHONPATH``
-    (a checkout run without installing, as in the tests, is the same code in the children)."""
-    import afno_seg
-    path = os.environ.get('PYTHONPATH', '')
-    here = str(Path(afno_seg.__file__).resolve().parents[1])
-    return dict(os.environ, PYTHONPATH=here + (os.pathsep + path if path else ''))
 
 
 def final_checkpoint(run: Run, max_iters: int) -> Path | None:
@@ -150,8 +140,7 @@ def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
             log.write(f'$ {shlex.join(command)}\n')
             log.flush()
             _Child.process = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True, env=child_env(),
-                                              start_new_session=False)
+                                              stderr=subprocess.STDOUT, text=True)
             for line in _Child.process.stdout:
                 log.write(line)
                 if 'Iter(train)' in line:
@@ -265,31 +254,24 @@ def run_study(rows, runs: list[Run], options: StudyOptions) -> dict:
     started = time.monotonic()
     # First every run at the headline scale, then the other scales: an interrupted study
     # has its main column complete first.
-    for index, run in enumerate(runs if options.runs else [], 1):
-        try:
-            done = _run_one(run, index, len(runs), options, options.eval_scales[:1])
-        except UserError as error:  # one broken run must not stop the others
-            print(f'FAILED: {error}', flush=True)
-            counts['failed'] = counts.get('failed', 0) + 1
-            continue
-        counts['trained'] += done['trained']
-        counts['evaluated'] += len(done['evaluated'])
-        counts['skipped'] += not (done['trained'] or done['evaluated'])
-        elapsed = time.monotonic() - started
-        worked = index - counts['skipped']
-        if worked and index < len(runs):
-            eta = elapsed / worked * (len(runs) - index)
-            print(f'  {index}/{len(runs)} runs done, {elapsed / 60:.1f} min so far, '
-                  f'at most ~{eta / 60:.0f} min to go', flush=True)
-    for index, run in enumerate(runs if options.runs and len(options.eval_scales) > 1
-                                else [], 1):
-        try:
-            done = _run_one(run, index, len(runs), options, options.eval_scales[1:])
-        except UserError as error:
-            print(f'FAILED: {error}', flush=True)
-            counts['failed'] = counts.get('failed', 0) + 1
-            continue
-        counts['evaluated'] += len(done['evaluated'])
+    for phase, scales in enumerate((options.eval_scales[:1], options.eval_scales[1:])):
+        for index, run in enumerate(runs if options.runs and scales else [], 1):
+            try:
+                done = _run_one(run, index, len(runs), options, scales)
+            except UserError as error:  # one broken run must not stop the others
+                print(f'FAILED: {error}', flush=True)
+                counts['failed'] = counts.get('failed', 0) + 1
+                continue
+            counts['evaluated'] += len(done['evaluated'])
+            if phase:
+                continue
+            counts['trained'] += done['trained']
+            counts['skipped'] += not (done['trained'] or done['evaluated'])
+            elapsed, worked = time.monotonic() - started, index - counts['skipped']
+            if worked and index < len(runs):
+                eta = elapsed / worked * (len(runs) - index)
+                print(f'  {index}/{len(runs)} runs done, {elapsed / 60:.1f} min so far, '
+                      f'at most ~{eta / 60:.0f} min to go', flush=True)
     if options.spectrum:
         first = {}
         for run in runs:
