@@ -380,11 +380,13 @@ def test_published_files_predict_as_the_original(trained, tiny_demo_data, tmp_pa
     assert load_checkpoint_file(str(safetensors))['meta'] == plain['meta']  # read back too
     images = [read_image(str(p)) for p in
               sorted((tiny_demo_data / 'leftImg8bit' / 'val').glob('*/*.png'))[:2]]
+    assert len(images) == 2
     labels = {}
     for path in (trained, pth, safetensors):
         model = load_segmentor(TINY_CONFIG, str(path))
         assert model.dataset_meta['classes'][0] == 'road'
         labels[path] = [p.label for p in Segmenter(model)(images)]
     for path in (pth, safetensors):
+        assert len(labels[path]) == len(labels[trained]) == 2  # the loop compares every image
         for ours, original in zip(labels[path], labels[trained]):
             assert np.array_equal(ours, original)

@@ -52,6 +52,7 @@ def test_both_forms_compute_the_same_mixer(variant, hw):
         with use_form(form):
             out = mixer(x, hw)
             results[form] = (out, *torch.autograd.grad(out, [x, *mixer.parameters()], grad))
+    assert len(results['op']) == len(results['matmul']) == 2 + len(list(mixer.parameters()))
     for op_value, matmul_value in zip(*results.values()):
         torch.testing.assert_close(matmul_value, op_value, rtol=0, atol=1e-10)
 
@@ -106,7 +107,7 @@ def test_openvino_backend_runs_the_matmul_graph(tiny_demo_data, tmp_path):
                         'model.backbone.mixers.hard_thresholding_fraction=0.25'])
         labels[backend] = [cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
                            for p in sorted((tmp_path / backend / 'labels').rglob('*.png'))]
-    assert len(labels['openvino']) == 4
+    assert len(labels['pytorch']) == len(labels['openvino']) == 4  # every val image compared
     for torch_label, ov_label in zip(labels['pytorch'], labels['openvino']):
         assert np.mean(torch_label == ov_label) >= 0.999
     mixer = spectral_mixer('afno25')

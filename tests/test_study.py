@@ -72,14 +72,19 @@ def test_train_command_resumes_only_from_a_checkpoint(tmp_path):
     run = Run(row, 3, tmp_path / 'r' / 'seed3')
     options = StudyOptions(tmp_path, cfg_options=['train_cfg.max_iters=5'])
     command = train_command(run, options)
-    assert '--resume' not in command
-    assert command[-2:] == ['randomness.seed=3', 'train_cfg.max_iters=5']
+    # the installed package's step by module name, never a script of the checkout
+    assert command[:4] == [sys.executable, '-m', 'afno_seg.experiments.study_jobs', 'train']
+    kwargs = json.loads(command[-1])
+    assert kwargs['resume'] is False and 'launcher' not in kwargs
+    assert kwargs['cfg_options'] == ['randomness.seed=3', 'train_cfg.max_iters=5']
     run.train_dir.mkdir(parents=True)
     (run.train_dir / 'last_checkpoint').write_text(str(run.train_dir / 'iter_2.pth'))
-    assert '--resume' in train_command(run, options)
+    assert json.loads(train_command(run, options)[-1])['resume'] is True
     options.gpus = 4
-    assert train_command(run, options)[:4] == ['bash', str(ROOT / 'tools' / 'dist_train.sh'),
-                                               DEMO, '4']
+    command = train_command(run, options)
+    assert command[1:3] == ['-m', 'torch.distributed.run'] and '--nproc_per_node=4' in command
+    assert json.loads(command[-1])['launcher'] == 'pytorch'
+    assert not any('tools/' in part for part in command)
 
 
 def study_args(work_dir, data_root, *extra) -> list[str]:
@@ -95,7 +100,7 @@ def study_args(work_dir, data_root, *extra) -> list[str]:
 
 
 def run_study_here(*args) -> SimpleNamespace:
-    """tools/analysis/mixer_study.py's main in this process (its tools still run as
+    """tools/analysis/mixer_study.py's main in this process (its steps still run as
     subprocesses, with one thread as run_tool gives them); ``stdout`` as a completed process
     has it. The kill below needs a process of its own; these runs do not."""
     study = load_script('tools/analysis/mixer_study.py')
@@ -134,7 +139,12 @@ def test_killed_study_resumes_without_redoing_finished_runs(killed_and_resumed):
     assert 'tiny_demo__afno seed 0: finished earlier' in killed_and_resumed['resumed'].stdout
     assert 'trained 1, evaluated 1, skipped 1' in killed_and_resumed['resumed'].stdout
     afno_train_log = (work / 'logs' / 'tiny_demo__afno_s0_train.log').read_text()
-    assert afno_train_log.count('tools/train.py') == 1  # trained once, never again
+    assert afno_train_log.count('study_jobs train') == 1  # trained once, never again
+    steps = [line for log in (work / 'logs').glob('*.log') if log.name != 'benchmark.log'
+             for line in log.read_text().splitlines() if line.startswith('$ ')]
+    assert len(steps) >= 6  # train, evaluate, FLOPs of each row: by module name, no tools/ script
+    assert all(' -m afno_seg.experiments.study_jobs ' in step and 'tools/' not in step
+               for step in steps)
     after = {str(p): p.stat().st_mtime for p in (work / 'runs' / 'tiny_demo__afno').rglob('*')}
     assert after == killed_and_resumed['before']  # nothing of the finished run was redone
     # the third invocation finds everything finished

@@ -12,10 +12,8 @@ mixers), then optionally rescales one term (convention variants):
   ``H x (W/2+1)`` half spectrum of ``rfft2``.
 * ``unit``: 'GFLOPs' or 'GMACs' (= GFLOPs / 2).
 
-Run ``python -m afno_seg.analysis.reconcile`` to print the table (Markdown).
+Run ``python -m afno_seg.analysis.reconcile`` to print the table (Markdown, 1024 x 1024).
 """
-import argparse
-
 from ..backbones.mixer_mit import ARCH_SETTINGS
 from ..backbones.stage import build_mixer, stage_arguments, stage_grids
 
@@ -82,12 +80,5 @@ def variant_table(image_hw=(1024, 1024)) -> str:
     return '\n'.join(lines) + '\n'
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--shape', type=int, nargs=2, default=[1024, 1024])
-    args = parser.parse_args(argv)
-    print(variant_table(tuple(args.shape)))
-
-
 if __name__ == '__main__':
-    main()
+    print(variant_table())

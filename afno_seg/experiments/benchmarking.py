@@ -1,16 +1,14 @@
 """What both benchmark scripts share: timing candidates in interleaved rounds, memory of one
-call, paired ratios, scaling fits, the environment line and the command-line options.
+call, paired ratios, scaling fits, the environment line, the threads and CPU memory mode.
 
 Used by ``tools/analysis/benchmark_mixers.py`` (through :mod:`.mixer_benchmark`) and
 ``tools/analysis/benchmark_model.py``. Results are written as files with the command line; no
 speed target is asserted anywhere (machines are shared and noisy: ratios of candidates run side
 by side are what the reports give).
 """
-import argparse
 import csv
 import math
 import os
-import os.path as osp
 import platform
 import statistics
 import sys
@@ -22,10 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = ['DTYPES', 'Candidate', 'autocast_factory', 'environment', 'error_text',
-           'fit_exponent', 'load_average', 'measure_memory', 'paired_ratio', 'parse_run_arguments',
-           'predict', 'prepare_run', 'time_interleaved', 'write_csv']
+           'fit_exponent', 'load_average', 'measure_memory', 'paired_ratio', 'predict',
+           'prepare_run', 'time_interleaved', 'write_csv']
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DTYPES = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
@@ -175,25 +172,11 @@ def load_average() -> str:
         return 'n/a'
 
 
-def parse_run_arguments(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
-    """Add what both benchmark scripts take (threads, CPU memory, output), parse, and record the
-    command line as ``args.command``."""
-    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
-    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
-                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
-                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
-                        "tensor")
-    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
-    parser.add_argument('--tag', default='', help='suffix of the output file names')
-    args = parser.parse_args(argv)
-    args.command = ' '.join(['python', osp.relpath(osp.abspath(sys.argv[0]), ROOT)] +
-                            list(sys.argv[1:] if argv is None else argv))
-    return args
-
-
-def prepare_run(args: argparse.Namespace) -> bool:
-    """Check the device, set the threads and the CPU memory mode (``args.cpu_memory`` then says
-    what is in effect). False, with a message, when CUDA is asked for and absent."""
+def prepare_run(args) -> bool:
+    """Check ``args.device``, set ``args.threads`` and the CPU memory mode ``args.cpu_memory``
+    ('cache': keep freed memory in the heap as tools/train.py does on a CPU, see
+    :mod:`afno_seg.engine.cpu_memory`; then it says what is in effect). False, with a message,
+    when CUDA is asked for and absent."""
     if args.device == 'cuda' and not torch.cuda.is_available():
         print('error: --device cuda but no CUDA device', file=sys.stderr)
         return False

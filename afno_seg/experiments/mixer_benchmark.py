@@ -8,7 +8,6 @@ formula its fast form is tested against), built for each stage with
 measured grid, as when training at that crop; ESA's reduction capped by the grid); next to them
 the reference workloads (the bare FFT round trip, matmuls, a copy).
 """
-import argparse
 import math
 import statistics
 from dataclasses import dataclass
@@ -166,8 +165,9 @@ def parameter_bytes(name: str, stage: Stage, grid: int) -> int:
     return 4 * sum(p.numel() for p in module.parameters())
 
 
-def run_sweep(args: argparse.Namespace, rows: list[dict]) -> None:
-    """Measure every point, appending result rows to ``rows`` as they come."""
+def run_sweep(args, rows: list[dict]) -> None:
+    """Measure every point, appending result rows to ``rows`` as they come. ``args``: the options
+    of ``tools/analysis/benchmark_mixers.py`` (names, dtypes, stage_list, grids, batch, ...)."""
     names = args.names
     for dtype_name in args.dtypes:
         for stage in args.stage_list:

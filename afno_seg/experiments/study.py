@@ -2,22 +2,19 @@
 
 For every row (:mod:`.study_plan`) and seed, :func:`run_study`
 
-1. trains with ``tools/train.py`` (``tools/dist_train.sh`` with ``gpus > 1``), resuming an
-   interrupted run from its last checkpoint (``--resume``); a run whose last checkpoint is the
-   final iteration is not trained again;
-2. evaluates the final checkpoint with ``tools/test.py`` at each evaluation scale; an evaluation
-   whose metrics JSON exists is skipped (that is what makes a run *finished*);
-3. optionally runs ``tools/analysis/spectrum.py`` on the first seed's checkpoint (AFNO sparsity
-   and the spectral figures);
+1. trains (torchrun with ``gpus > 1``), resuming an interrupted run from its last checkpoint; a
+   run whose last checkpoint is the final iteration is not trained again;
+2. evaluates the final checkpoint at each evaluation scale; an evaluation whose metrics JSON
+   exists is skipped (that is what makes a run *finished*);
+3. optionally analyses the spectrum of the first seed's checkpoint (AFNO sparsity, figures);
 
-then measures each row's cost once (``tools/analysis/get_flops.py --out`` and one
-``tools/analysis/benchmark_model.py`` run over all rows, so step times are side by side) and
-writes the table (:mod:`.study_table`). Every tool runs as a subprocess, so the study depends only
-on their command lines and output files. Output of each subprocess goes to ``logs/`` in the work
-dir; progress lines (``[k/n] row seed: phase``, the training iterations) go to stdout.
+then counts each row's FLOPs once and writes the table (:mod:`.study_table`); the step-time
+benchmark of all rows (:func:`pending_benchmark`) is run by ``tools/analysis/mixer_study.py``.
+Each step runs in a process of its own by module name (:mod:`.study_jobs`), its output into
+``logs/`` in the work dir; progress lines (``[k/n] row seed: phase``, the training iterations)
+go to stdout.
 """
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -28,13 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.errors import UserError
+from . import study_jobs
+from .study_jobs import parsed_cfg_options
 from .study_plan import Run, cost_config_of, load_row_config, scale_options
 
-__all__ = ['ROOT', 'StudyOptions', 'eval_metrics_file', 'final_checkpoint', 'run_study',
-           'train_command', 'slurm_commands', 'cost_files']
-
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / 'tools'
+__all__ = ['StudyOptions', 'cost_files', 'eval_metrics_file', 'final_checkpoint',
+           'pending_benchmark', 'run_logged', 'run_study', 'slurm_commands', 'train_command']
 
 
 @dataclass
@@ -44,16 +40,15 @@ class StudyOptions:
 
     work_dir: Path  # runs, logs, costs and the table
     seeds: Sequence[int] = (0, )
-    gpus: int = 1  # per training run; dist_train.sh above 1
+    gpus: int = 1  # per training run; torchrun above 1
     cfg_options: Sequence[str] | None = None  # raw 'key=value' strings, passed on as they are
     eval_scales: Sequence[float] = (1.0, )  # the first one is the headline column
     cost_config: str | None = None
     cost_shape: Sequence[int] | None = None
-    bench_args: str = ''
     costs: bool = True
     benchmark: bool = True
     spectrum: bool = False
-    spectrum_args: str = ''
+    spectrum_images: int = 4
     partition: str = 'PARTITION'
     runs: bool = True  # False: costs (and spectrum) only
     bench_max_params_m: float | None = None
@@ -66,26 +61,8 @@ class StudyOptions:
         self.eval_scales = [float(s) for s in self.eval_scales]
 
 
-def parsed_cfg_options(raw: list[str]) -> dict:
-    """``key=value`` strings parsed as mmengine's ``DictAction`` does for the tools."""
-    import argparse
-
-    from mmengine.config import DictAction
-    if not raw:
-        return {}
-    parser = argparse.ArgumentParser()
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
-    return parser.parse_args(['--cfg-options', *raw]).cfg_options
-
-
-def _python() -> list[str]:
-    return [sys.executable]
-
-
-def child_env() -> dict:
-    """The environment of the tools: this checkout first on ``PYTHONPATH``."""
-    path = os.environ.get('PYTHONPATH', '')
-    return dict(os.environ, PYTHONPATH=str(ROOT) + (os.pathsep + path if path else ''))
+def _job(job: str, **kwargs) -> list[str]:
+    return [sys.executable, '-m', study_jobs.__name__, job, json.dumps(kwargs)]
 
 
 def final_checkpoint(run: Run, max_iters: int) -> Path | None:
@@ -106,14 +83,15 @@ def eval_metrics_file(eval_dir: Path) -> Path | None:
 
 
 def train_command(run: Run, options: StudyOptions) -> list[str]:
-    """Training command of ``run`` (``--resume`` when it has a checkpoint to resume from)."""
-    args = [run.row.train_config, '--work-dir', str(run.train_dir)]
-    if (run.train_dir / 'last_checkpoint').is_file():
-        args.append('--resume')
-    args += ['--cfg-options', f'randomness.seed={run.seed}', *options.cfg_options]
-    if options.gpus > 1:
-        return ['bash', str(TOOLS / 'dist_train.sh'), args[0], str(options.gpus), *args[1:]]
-    return [*_python(), str(TOOLS / 'train.py'), *args]
+    """Training command of ``run`` (resuming when it has a checkpoint to resume from)."""
+    kwargs = dict(config=run.row.train_config, work_dir=str(run.train_dir),
+                  cfg_options=[f'randomness.seed={run.seed}', *options.cfg_options],
+                  resume=(run.train_dir / 'last_checkpoint').is_file())
+    if options.gpus <= 1:
+        return _job('train', **kwargs)
+    # torchrun on one node, as tools/dist_train.sh
+    return [sys.executable, '-m', 'torch.distributed.run', '--standalone',
+            f'--nproc_per_node={options.gpus}', *_job('train', launcher='pytorch', **kwargs)[1:]]
 
 
 def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
@@ -123,15 +101,15 @@ def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
         args = [run.row.train_config, '--work-dir', str(run.train_dir), '--resume',
                 '--cfg-options', f'randomness.seed={run.seed}', *options.cfg_options]
         job = f'{run.row.row_id}_s{run.seed}'
-        lines.append(f'GPUS={options.gpus} bash {TOOLS / "slurm_train.sh"} {options.partition} '
+        lines.append(f'GPUS={options.gpus} bash tools/slurm_train.sh {options.partition} '
                      f'{job} ' + ' '.join(shlex.quote(a) for a in args))
     return lines
 
 
 def _eval_command(run: Run, checkpoint: Path, scale: float, cfg, options) -> list[str]:
-    opts = [*options.cfg_options, *scale_options(cfg, scale)]
-    return [*_python(), str(TOOLS / 'test.py'), run.row.train_config, str(checkpoint),
-            '--work-dir', str(run.eval_dir(scale)), *(['--cfg-options', *opts] if opts else [])]
+    return _job('evaluate', config=run.row.train_config, checkpoint=str(checkpoint),
+                work_dir=str(run.eval_dir(scale)),
+                cfg_options=[*options.cfg_options, *scale_options(cfg, scale)])
 
 
 class _Child:
@@ -150,28 +128,33 @@ def _terminate(signum, frame):  # noqa: ARG001
 
 
 def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
-    """Run ``command``, its output into ``log_path``; training iterations echoed with ``prefix``.
+    """Run ``command``, its output into ``log_path``; training iterations echoed with ``prefix``;
+    a SIGTERM meanwhile stops it too.
 
     Raises :class:`UserError` naming the log when it fails.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, 'a') as log:
-        log.write(f'$ {shlex.join(command)}\n')
-        log.flush()
-        _Child.process = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True, env=child_env(),
-                                          start_new_session=False)
-        for line in _Child.process.stdout:
-            log.write(line)
-            if 'Iter(train)' in line:
-                brief = line.split('Iter(train)', 1)[1].strip()
-                print(f'{prefix} {brief[:110]}', flush=True)
-        code = _Child.process.wait()
-        _Child.process = None
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        with open(log_path, 'a') as log:
+            log.write(f'$ {shlex.join(command)}\n')
+            log.flush()
+            _Child.process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True)
+            for line in _Child.process.stdout:
+                log.write(line)
+                if 'Iter(train)' in line:
+                    brief = line.split('Iter(train)', 1)[1].strip()
+                    print(f'{prefix} {brief[:110]}', flush=True)
+            code = _Child.process.wait()
+            _Child.process = None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if code:
         tail = ''.join(open(log_path).readlines()[-5:])
-        tool = command[1] if len(command) > 1 else command[0]
-        raise UserError(f'{prefix.rstrip(":")}: {tool} failed (exit {code}); see {log_path}. '
+        step = command[command.index(study_jobs.__name__) + 1] \
+            if study_jobs.__name__ in command else command[1]
+        raise UserError(f'{prefix.rstrip(":")}: {step} failed (exit {code}); see {log_path}. '
                         f'Last lines:\n{tail}')
 
 
@@ -222,10 +205,9 @@ def _run_spectrum(run: Run, options: StudyOptions) -> None:
     if checkpoint is None:
         print(f'  no final checkpoint of {run.name}: no spectrum', flush=True)
         return
-    command = [*_python(), str(TOOLS / 'analysis' / 'spectrum.py'), run.row.train_config,
-               str(checkpoint), '--out-dir', str(out), *shlex.split(options.spectrum_args)]
-    if options.cfg_options:
-        command += ['--cfg-options', *options.cfg_options]
+    command = _job('spectrum', config=run.row.train_config, checkpoint=str(checkpoint),
+                   out_dir=str(out), cfg_options=options.cfg_options,
+                   num_images=options.spectrum_images)
     print(f'  spectrum of {run.name}', flush=True)
     run_logged(command, options.work_dir / 'logs' / f'{run.row.row_id}_spectrum.log', '  ')
 
@@ -237,20 +219,22 @@ def cost_files(options: StudyOptions) -> dict[str, Path]:
                 bench_done=costs / 'bench' / 'configs.json')
 
 
-def _measure_costs(rows, options: StudyOptions) -> None:
-    files = cost_files(options)
+def _count_flops(rows, options: StudyOptions) -> None:
     for row in rows:
-        out = files['dir'] / f'flops_{row.row_id}'
+        out = cost_files(options)['dir'] / f'flops_{row.row_id}'
         if out.with_suffix('.json').is_file():
             continue
-        command = [*_python(), str(TOOLS / 'analysis' / 'get_flops.py'),
-                   cost_config_of(row, options.work_dir, options.cost_config), '--out', str(out)]
-        if options.cost_shape:
-            command += ['--shape', *map(str, options.cost_shape)]
         print(f'  FLOPs of {row.row_id}', flush=True)
-        run_logged(command, options.work_dir / 'logs' / f'{row.row_id}_flops.log', '  ')
-    if not options.benchmark:
-        return
+        run_logged(_job('flops', config=cost_config_of(row, options.work_dir, options.cost_config),
+                        out=str(out), shape=options.cost_shape),
+                   options.work_dir / 'logs' / f'{row.row_id}_flops.log', '  ')
+
+
+def pending_benchmark(rows, options: StudyOptions) -> list[str]:
+    """The cost configs the step-time benchmark still has to measure side by side (rows over
+    ``bench_max_params_m`` by their FLOP count left out); empty when they were, all together.
+    Once measured, write them as JSON to ``cost_files(options)['bench_done']``."""
+    files = cost_files(options)
     configs = []
     for row in rows:
         flops = files['dir'] / f'flops_{row.row_id}.json'
@@ -261,56 +245,39 @@ def _measure_costs(rows, options: StudyOptions) -> None:
             continue
         configs.append(cost_config_of(row, options.work_dir, options.cost_config))
     marker = files['bench_done']
-    if marker.is_file() and json.loads(marker.read_text()) == configs:
-        return
-    print(f'  benchmark of {len(configs)} models (interleaved)', flush=True)
-    command = [*_python(), str(TOOLS / 'analysis' / 'benchmark_model.py'), '--configs', *configs,
-               '--out', str(marker.parent), *shlex.split(options.bench_args)]
-    run_logged(command, options.work_dir / 'logs' / 'benchmark.log', '  ')
-    marker.write_text(json.dumps(configs))
+    return [] if marker.is_file() and json.loads(marker.read_text()) == configs else configs
 
 
 def run_study(rows, runs: list[Run], options: StudyOptions) -> dict:
     """Run everything not yet done; returns counts of what was trained / evaluated / skipped."""
-    previous = signal.signal(signal.SIGTERM, _terminate)
     counts = dict(trained=0, evaluated=0, skipped=0)
     started = time.monotonic()
-    try:
-        # First every run at the headline scale, then the other scales: an interrupted study
-        # has its main column complete first.
-        for index, run in enumerate(runs if options.runs else [], 1):
+    # First every run at the headline scale, then the other scales: an interrupted study
+    # has its main column complete first.
+    for phase, scales in enumerate((options.eval_scales[:1], options.eval_scales[1:])):
+        for index, run in enumerate(runs if options.runs and scales else [], 1):
             try:
-                done = _run_one(run, index, len(runs), options, options.eval_scales[:1])
+                done = _run_one(run, index, len(runs), options, scales)
             except UserError as error:  # one broken run must not stop the others
                 print(f'FAILED: {error}', flush=True)
                 counts['failed'] = counts.get('failed', 0) + 1
                 continue
-            counts['trained'] += done['trained']
             counts['evaluated'] += len(done['evaluated'])
+            if phase:
+                continue
+            counts['trained'] += done['trained']
             counts['skipped'] += not (done['trained'] or done['evaluated'])
-            elapsed = time.monotonic() - started
-            worked = index - counts['skipped']
+            elapsed, worked = time.monotonic() - started, index - counts['skipped']
             if worked and index < len(runs):
                 eta = elapsed / worked * (len(runs) - index)
                 print(f'  {index}/{len(runs)} runs done, {elapsed / 60:.1f} min so far, '
                       f'at most ~{eta / 60:.0f} min to go', flush=True)
-        for index, run in enumerate(runs if options.runs and len(options.eval_scales) > 1
-                                    else [], 1):
-            try:
-                done = _run_one(run, index, len(runs), options, options.eval_scales[1:])
-            except UserError as error:
-                print(f'FAILED: {error}', flush=True)
-                counts['failed'] = counts.get('failed', 0) + 1
-                continue
-            counts['evaluated'] += len(done['evaluated'])
-        if options.spectrum:
-            first = {}
-            for run in runs:
-                first.setdefault(run.row.row_id, run)
-            for run in first.values():
-                _run_spectrum(run, options)
-        if options.costs:
-            _measure_costs(rows, options)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    if options.spectrum:
+        first = {}
+        for run in runs:
+            first.setdefault(run.row.row_id, run)
+        for run in first.values():
+            _run_spectrum(run, options)
+    if options.costs:
+        _count_flops(rows, options)
     return counts

@@ -47,7 +47,6 @@ import torch
 from afno_seg.experiments.benchmarking import (
     DTYPES,
     load_average,
-    parse_run_arguments,
     prepare_run,
     write_csv,
 )
@@ -67,6 +66,8 @@ from afno_seg.experiments.mixer_benchmark_report import (
     write_markdown,
     write_plot,
 )
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -103,7 +104,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--no-plot', action='store_true')
     parser.add_argument('--quick', action='store_true', help='smoke test: widths / 8, grids 8 '
                         'and 16, batch 1, 1 round, no warm-up')
-    args = parse_run_arguments(parser, argv)
+    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
+                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
+                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
+                        "tensor")
+    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
+    parser.add_argument('--tag', default='', help='suffix of the output file names')
+    args = parser.parse_args(argv)
+    args.command = ' '.join(['python', osp.relpath(__file__, ROOT),
+                             *(sys.argv[1:] if argv is None else argv)])
     args.dtypes = args.dtypes or (['fp32', 'bf16'] if args.device == 'cpu' else
                                   ['fp32', 'fp16', 'bf16'])
     stages = B3_STAGES

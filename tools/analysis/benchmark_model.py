@@ -48,7 +48,6 @@ from afno_seg.experiments.benchmarking import (
     environment,
     error_text,
     load_average,
-    parse_run_arguments,
     prepare_run,
     write_csv,
 )
@@ -83,7 +82,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='decode head: the config\'s (stock) and/or, in place of a '
                         'SegformerHead, LowResFusionSegformerHead (low-res; row '
                         'CONFIG+low-res-head)')
-    args = parse_run_arguments(parser, argv)
+    parser.add_argument('--threads', type=int, default=1, help='torch CPU threads')
+    parser.add_argument('--cpu-memory', choices=['cache', 'default'], default='cache',
+                        help="'cache': keep freed memory in the heap as tools/train.py does on a "
+                        "CPU (afno_seg.engine.cpu_memory); 'default': glibc's mmap per large "
+                        "tensor")
+    parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
+    parser.add_argument('--tag', default='', help='suffix of the output file names')
+    args = parser.parse_args(argv)
+    args.command = ' '.join(['python', osp.relpath(__file__, ROOT),
+                             *(sys.argv[1:] if argv is None else argv)])
     if args.mixer:
         from afno_seg.engine import UserError
         from afno_seg.mixer_switch import parse_mixer_spec

@@ -1,11 +1,12 @@
 """The AFNO paper's Table 4 as one command: train, evaluate and cost every mixer, one table.
 
 For each config (default: every ``configs/segformer_*_b3_cityscapes.py``), or each config with its
-backbone mixers replaced by each ``--mixers`` spec, and each seed: train (``tools/train.py``;
-``tools/dist_train.sh`` with ``--gpus N``), evaluate the final checkpoint on val
-(``tools/test.py``, at each ``--eval-scales`` factor of the test resolution), then measure params
-and mixer / total GFLOPs (``tools/analysis/get_flops.py``) and training-step time, memory and
-inference speed of all rows in one interleaved run (``tools/analysis/benchmark_model.py``).
+backbone mixers replaced by each ``--mixers`` spec, and each seed: train (as ``tools/train.py``;
+torchrun as ``tools/dist_train.sh`` with ``--gpus N``), evaluate the final checkpoint on val
+(as ``tools/test.py``, at each ``--eval-scales`` factor of the test resolution), then measure
+params and mixer / total GFLOPs (as ``tools/analysis/get_flops.py``) and training-step time,
+memory and inference speed of all rows in one interleaved run (``benchmark_model.py``). Every step
+is a process of its own (``python -m afno_seg.experiments.study_jobs``, the library's steps).
 Writes ``WORK_DIR/study.md`` (the table: mIoU mean ± std over seeds, costs, ratios to ESA),
 ``study.csv`` (also per-seed and per-class IoU) and plots (mIoU vs mixer GFLOPs, vs step time,
 resolution transfer, AFNO sparsity sweep).
@@ -14,9 +15,10 @@ Resumable: a run with a metrics JSON for every scale is skipped, an interrupted 
 from its last checkpoint (``--resume``), costs already measured are kept. Run the same command
 again after a kill. ``--no-train`` evaluates only what is trained (beside a running study, or
 after ``--print-slurm`` jobs), ``--costs-only`` measures costs alone, ``--table-only`` rewrites
-the table from what is there. With ``--spectrum``, ``tools/analysis/spectrum.py`` runs on the first
-seed of every row, which adds AFNO's measured soft-shrink sparsity to the table and, when rows
-differ in ``sparsity_threshold``, the sparsity-sweep plot.
+the table from what is there. With ``--spectrum``, the analysis of ``tools/analysis/spectrum.py``
+runs on the first seed of every row (``--spectrum-images`` test images), which adds AFNO's
+measured soft-shrink sparsity to the table and, when rows differ in ``sparsity_threshold``, the
+sparsity-sweep plot.
 
 Mixer specs (``--mixers``): catalogue names (``afno``, ``gfn``, ... or ``all``), one name per
 stage joined by ``+`` (``afno+afno+esa+esa``: the hybrid), settings after ``:``
@@ -39,6 +41,7 @@ Examples::
         --eval-scales 1 0.5 2 --cost-config configs/segformer_esa_b3_cityscapes.py
 """
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -46,6 +49,8 @@ from pathlib import Path
 from afno_seg.engine import UserError, run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
+# the step-time benchmark is a tool (its measuring code lives there), run beside this one
+BENCHMARK_MODEL = Path(__file__).resolve().with_name('benchmark_model.py')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,14 +61,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--mixers', '--mixer', nargs='+', help="mixer specs swapped into each "
                         "config ('all' = every catalogue mixer)")
     parser.add_argument('--seeds', type=int, nargs='+', default=[0])
-    parser.add_argument('--gpus', type=int, default=1, help='GPUs per training run (dist_train.sh '
+    parser.add_argument('--gpus', type=int, default=1, help='GPUs per training run (torchrun '
                         'above 1)')
     parser.add_argument('--print-slurm', action='store_true', help='print the slurm_train.sh '
                         'commands of the runs and exit')
     parser.add_argument('--partition', default='PARTITION', help='Slurm partition for '
                         '--print-slurm')
     parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
-                        help='passed to every train.py / test.py run')
+                        help='passed to every training and evaluation')
     parser.add_argument('--eval-scales', type=float, nargs='+', default=[1.0],
                         help='evaluate at these factors of the test resize scale; the first one '
                         'is the headline column (default: 1)')
@@ -79,9 +84,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--costs-only', action='store_true', help='measure costs (and run '
                         '--spectrum) without training or evaluating')
     parser.add_argument('--no-benchmark', action='store_true', help='skip the benchmark only')
-    parser.add_argument('--spectrum', action='store_true', help='run tools/analysis/spectrum.py '
-                        'on the first seed of every row (AFNO sparsity column, sweep plot)')
-    parser.add_argument('--spectrum-args', default='', help='extra spectrum.py arguments')
+    parser.add_argument('--spectrum', action='store_true', help='analyse the spectrum '
+                        '(tools/analysis/spectrum.py) of the first seed of every row (AFNO '
+                        'sparsity column, sweep plot)')
+    parser.add_argument('--spectrum-images', type=int, default=4, metavar='N',
+                        help='--spectrum: on the first N test images (default: 4)')
     parser.add_argument('--no-train', action='store_true', help='evaluate only runs whose '
                         'training is finished; train nothing')
     parser.add_argument('--table-only', action='store_true', help='write the table from what is '
@@ -113,6 +120,20 @@ def study_config(config: str, work_dir: Path) -> str:
     return str(base)
 
 
+def benchmark(rows, options, bench_args: str) -> None:
+    """One ``benchmark_model.py`` run over the rows not yet measured together."""
+    from afno_seg.experiments.study import cost_files, pending_benchmark, run_logged
+    configs = pending_benchmark(rows, options)
+    if not configs:
+        return
+    done = cost_files(options)['bench_done']
+    print(f'  benchmark of {len(configs)} models (interleaved)', flush=True)
+    run_logged([sys.executable, str(BENCHMARK_MODEL), '--configs', *configs, '--out',
+                str(done.parent), *shlex.split(bench_args)],
+               options.work_dir / 'logs' / 'benchmark.log', '  ')
+    done.write_text(json.dumps(configs))
+
+
 def main(argv=None) -> None:
     from afno_seg.deployment.startup import quiet_known_warnings
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
@@ -129,8 +150,9 @@ def main(argv=None) -> None:
         specs = specs[:at] + sorted(mixer_variants()) + specs[at + 1:]
     options = StudyOptions(
         args.work_dir, args.seeds, args.gpus, args.cfg_options, args.eval_scales,
-        args.cost_config, args.cost_shape, args.bench_args, not args.no_costs,
-        not args.no_benchmark, args.spectrum, args.spectrum_args, args.partition,
+        args.cost_config, args.cost_shape, costs=not args.no_costs,
+        benchmark=not args.no_benchmark, spectrum=args.spectrum,
+        spectrum_images=args.spectrum_images, partition=args.partition,
         runs=not args.costs_only, bench_max_params_m=args.bench_max_params,
         train=not args.no_train)
     options.work_dir.mkdir(parents=True, exist_ok=True)
@@ -151,6 +173,8 @@ def main(argv=None) -> None:
               f"{counts['skipped']} finished runs", flush=True)
         if counts.get('failed'):
             failed = counts['failed']
+        if options.costs and options.benchmark:
+            benchmark(rows, options, args.bench_args)
     for path in write_study_outputs(rows, runs, options, command):
         print(f'wrote {path}')
     print((options.work_dir / 'study.md').read_text())

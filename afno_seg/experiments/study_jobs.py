@@ -1,0 +1,100 @@
+"""The study's steps, each run in a process of its own by module name:
+``python -m afno_seg.experiments.study_jobs JOB '{"keyword": value, ...}'`` (:data:`JOBS`).
+
+A process per step: a clean allocator per training, and a SIGTERM or kill of the study loses
+only the step in flight (a training saves its checkpoint, exit 75). Each job is what its tool
+(``tools/train.py``, ``tools/test.py``, ``tools/analysis/spectrum.py``, ``get_flops.py``) does with
+the study's options, from the same library functions; a failure is one line, status 1.
+"""
+import json
+import sys
+from pathlib import Path
+
+__all__ = ['JOBS', 'evaluate', 'flops', 'parsed_cfg_options', 'spectrum', 'train']
+
+
+def parsed_cfg_options(raw: list[str]) -> dict:
+    """``key=value`` strings parsed as mmengine's ``DictAction`` does for ``--cfg-options``."""
+    from mmengine.config import DictAction
+    return {key: DictAction._parse_iterable(value)
+            for key, value in (option.split('=', 1) for option in raw)}
+
+
+def train(config: str, work_dir: str, cfg_options: list[str], resume: bool = False,
+          launcher: str = 'none') -> None:
+    """``tools/train.py CONFIG --work-dir W [--resume] [--launcher L] --cfg-options ...``."""
+    from ..engine import build_runner, load_config
+    from ..engine.checkpoint_fit import CheckpointFitHook
+    from ..engine.preemption import restart_count
+    from ..engine.preflight import check_config_checkpoints
+    cfg = load_config(config, launcher, parsed_cfg_options(cfg_options), work_dir)
+    cfg.resume = resume or restart_count() is not None  # torchrun's restarts resume too
+    check_config_checkpoints(cfg, cfg.resume)
+    loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
+    runner = build_runner(cfg, loaders)
+    runner.register_hook(CheckpointFitHook(strict=False))
+    runner.train()
+
+
+def evaluate(config: str, checkpoint: str, work_dir: str, cfg_options: list[str]) -> None:
+    """``tools/test.py CONFIG CHECKPOINT --work-dir W --cfg-options ...``: metrics JSON and the
+    log with the per-class table in ``W/<timestamp>/``."""
+    from ..decode_heads import use_low_res_fusion
+    from ..engine import build_runner, load_config
+    from ..engine.checkpoint_fit import CheckpointFitHook
+    from ..engine.preflight import check_checkpoint
+    check_checkpoint(checkpoint)
+    cfg = load_config(config, 'none', parsed_cfg_options(cfg_options), work_dir)
+    cfg.load_from = checkpoint
+    use_low_res_fusion(cfg.model)
+    runner = build_runner(cfg, ['test_dataloader'])
+    runner.register_hook(CheckpointFitHook(strict=True,
+                                           new_prefixes=cfg.get('checkpoint_new_keys', ())))
+    runner.test()
+
+
+def spectrum(config: str, checkpoint: str, out_dir: str, cfg_options: list[str],
+             num_images: int = 4) -> None:
+    """``tools/analysis/spectrum.py CONFIG CHECKPOINT --out-dir D --num-images N``."""
+    import torch
+
+    from .spectrum_plots import plot_run
+    from .spectrum_run import analyze_model, default_images, load_images, load_model, write_results
+    torch.set_grad_enabled(True)
+    model, cfg = load_model(config, checkpoint, parsed_cfg_options(cfg_options))
+    paths = default_images(cfg, num_images)
+    results, arrays = analyze_model(model, load_images(model, cfg, paths))
+    results.update(config=config, checkpoint=checkpoint, images=[str(p) for p in paths])
+    written = write_results(Path(out_dir), results, arrays)
+    written += plot_run(results, arrays, Path(out_dir), Path(config).stem)
+    print('\n'.join(f'wrote {path}' for path in written))
+
+
+def flops(config: str, out: str, shape: list[int] | None = None) -> None:
+    """``tools/analysis/get_flops.py CONFIG --out OUT [--shape H W]``."""
+    from ..analysis.config_cost import analyze_config, image_shape
+    from ..analysis.report import breakdown_markdown, summarize, write_report
+    hw = image_shape(shape or [1024, 1024])
+    result = analyze_config(config, hw)
+    result['summary'] = summarize(result)
+    markdown = breakdown_markdown(result, f'{Path(config).name} at {hw[0]}x{hw[1]}')
+    print(markdown)
+    print('\n'.join(f'wrote {path}' for path in write_report(out, result, markdown)))
+
+
+JOBS = dict(train=train, evaluate=evaluate, spectrum=spectrum, flops=flops)
+
+
+def _main() -> None:
+    from ..deployment.startup import quiet_known_warnings
+    from ..engine import UserError
+    quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
+    if len(sys.argv) != 3 or sys.argv[1] not in JOBS:
+        raise UserError(f'usage: python -m {__spec__.name} JOB JSON_KWARGS, JOB one of '
+                        f'{sorted(JOBS)}')
+    JOBS[sys.argv[1]](**json.loads(sys.argv[2]))
+
+
+if __name__ == '__main__':  # importing afno_seg (the parent package) registered everything
+    from ..engine import run_tool
+    sys.exit(run_tool(_main))
