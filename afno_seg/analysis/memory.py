@@ -16,7 +16,8 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ['SavedTensorBytes', 'build_for_step', 'random_batch', 'step_memory']
+__all__ = ['SavedTensorBytes', 'build_for_step', 'fake_saved_bytes', 'random_batch',
+           'step_memory']
 
 
 class SavedTensorBytes:
@@ -27,13 +28,15 @@ class SavedTensorBytes:
     """
 
     def __init__(self, exclude=()) -> None:
-        self._skip = {t.untyped_storage().data_ptr() for t in exclude}
+        # A storage's identity is its StorageImpl (``_cdata``, as torch's StorageWeakRef): data
+        # pointers are 0 for every meta/fake tensor and for empty ones.
+        self._skip = {t.untyped_storage()._cdata for t in exclude}
         self._seen: set[int] = set()
         self.bytes = 0
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        pointer = storage.data_ptr()
+        pointer = storage._cdata
         if pointer not in self._skip and pointer not in self._seen:
             self._seen.add(pointer)
             self.bytes += storage.nbytes()
@@ -113,3 +116,33 @@ def build_for_step(cfg, precision: str, device: torch.device):
     model.init_weights()
     model = model.to(device).train()
     return model, build_optim_wrapper(model, cfg.optim_wrapper)
+
+
+def fake_saved_bytes(model: torch.nn.Module, crop: int, batch: int = 1,
+                     precision: str = 'fp32') -> float:
+    """Bytes a segmentor's training forward saves for backward at ``crop``, counted under
+    ``FakeTensorMode``: shapes only, no arithmetic, so seconds instead of minutes at 1024x1024 on a
+    CPU (what autograd saves does not depend on the values). The forward is the backbone, the
+    decode head and its loss at the label's size; mmseg's accuracy metric is left out (boolean
+    indexing needs values; it saves a few MB of indices).
+
+    Args:
+        model: An mmseg ``EncoderDecoder`` on the CPU.
+        crop (int): Square input size.
+        batch (int): Images. Default: 1.
+        precision (str): 'fp32', or 'fp16'/'bf16' for that CPU autocast. Default: 'fp32'.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    counter = SavedTensorBytes(model.parameters())
+    dtype = {'fp16': torch.float16, 'bf16': torch.bfloat16}.get(precision)
+    with FakeTensorMode(allow_non_fake_inputs=True), counter.counting(), torch.autocast(
+            'cpu', dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        inputs = torch.empty(batch, 3, crop, crop)
+        label = torch.zeros(batch, crop, crop, dtype=torch.long)
+        logits = model.decode_head(model.extract_feat(inputs))
+        logits = torch.nn.functional.interpolate(logits, size=(crop, crop), mode='bilinear',
+                                                 align_corners=model.decode_head.align_corners)
+        losses = model.decode_head.loss_decode
+        for loss in losses if isinstance(losses, torch.nn.ModuleList) else [losses]:
+            loss(logits, label, ignore_index=model.decode_head.ignore_index)
+    return float(counter.bytes)
