@@ -116,13 +116,28 @@ def test_ddp_wraps_cpu_module(tmp_path):
         dist.destroy_process_group()
 
 
-def test_sync_bn_runs_as_batchnorm_without_cuda(tiny_demo_data, tmp_path):
-    """The tools' Runner (AfnoSegRunner) reverts SyncBN after building the model."""
+def test_sync_bn_runs_as_batchnorm_in_a_cpu_process_group(tiny_demo_data, tmp_path, monkeypatch):
+    """mmengine reverts SyncBN only without a process group; the tools' Runner (AfnoSegRunner)
+    also reverts it under --launcher pytorch on a CPU, where SyncBN has no kernel (one rank)."""
+    import socket
+
     from conftest import make_runner
-    runner = make_runner(tiny_demo_data, tmp_path, **{'model.decode_head.norm_cfg.type': 'SyncBN'})
-    assert runner.cfg.model.decode_head.norm_cfg.type == 'SyncBN'  # the config as written
-    norms = [type(m).__name__ for m in runner.model.modules() if 'BatchNorm' in type(m).__name__]
-    assert norms and 'SyncBatchNorm' not in norms
+    with socket.socket() as free:
+        free.bind(('127.0.0.1', 0))
+        port = free.getsockname()[1]
+    for key, value in dict(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
+                           MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(key, value)
+    try:
+        runner = make_runner(tiny_demo_data, tmp_path, launcher='pytorch',
+                             **{'model.decode_head.norm_cfg.type': 'SyncBN'})
+        assert runner.distributed and runner.cfg.model.decode_head.norm_cfg.type == 'SyncBN'
+        norms = [type(m).__name__ for m in runner.model.modules()
+                 if 'BatchNorm' in type(m).__name__]
+        assert norms and 'SyncBatchNorm' not in norms, norms
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def test_missing_data_root_says_what_to_do(tmp_path):
