@@ -71,6 +71,24 @@ def test_apply_precision_writes_the_wrapper(monkeypatch, requested, cuda, flags,
     assert cfg.optim_wrapper.to_dict() == {**wrapper, 'optimizer': dict(type='AdamW', lr=1e-3)}
 
 
+@pytest.mark.parametrize('requested, test_cfg, flags, expected', [
+    ('fp16', dict(type='TestLoop'), AVX2, dict(type='AutocastTestLoop', dtype='float16')),
+    ('auto', dict(type='TestLoop'), SAPPHIRE, dict(type='TestLoop')),  # the config's fp32
+    ('auto', dict(type='TestLoop', fp16=True), SAPPHIRE,
+     dict(type='AutocastTestLoop', dtype='bfloat16')),
+    ('auto', dict(type='TestLoop', fp16=True), AVX2, dict(type='TestLoop')),
+])
+def test_apply_test_precision(monkeypatch, requested, test_cfg, flags, expected):
+    """tools/test.py --precision: mmengine's TestLoop(fp16=True) is bfloat16 on a CPU and refuses
+    float16 there; AutocastTestLoop evaluates under the chosen dtype."""
+    from afno_seg.engine.precision import apply_test_precision
+    monkeypatch.setattr(precision_module, 'cpu_flags', lambda: flags)
+    monkeypatch.setattr(precision_module, 'autocast_runs', lambda device, precision: True)
+    cfg = Config(dict(test_cfg=test_cfg))
+    apply_test_precision(cfg, requested, cuda=False)
+    assert cfg.test_cfg.to_dict() == expected
+
+
 def tiny_model_and_batch():
     from mmengine.registry import DefaultScope
     from mmseg.registry import MODELS
