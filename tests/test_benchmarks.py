@@ -263,9 +263,9 @@ def test_gpu_script_dry_run(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     out = tmp_path / 'out'
     summary = (out / 'summary.txt').read_text()
-    assert summary.count('status: 0') == 2, summary
-    for name in ('mixers_cpu.csv', 'mixers_cpu.md', 'models_cpu_none.csv', 'models_cpu_none.md',
-                 'env.txt'):
+    assert summary.count('status: 0') == 4, summary
+    for name in ('mixers_cpu.csv', 'mixers_cpu.md', 'models_cpu_fp32.csv', 'models_cpu_fp32.md',
+                 'step_memory.csv', 'gpu_check/gpu_check_b3.csv', 'env.txt'):
         assert (out / name).stat().st_size > 0, name
 
 

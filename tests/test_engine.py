@@ -16,7 +16,6 @@ from afno_seg.engine import (
     CheckpointError,
     CPUAutocastOptimWrapper,
     DataRootError,
-    DeviceAwareDistributedDataParallel,
     UnknownTypeError,
     adapt_config_to_device,
     check_data_roots,
@@ -70,13 +69,13 @@ def gpu_style_config():
 
 
 def test_adapt_config_without_cuda():
-    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda_available=False)
+    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda_available=False,
+                                 precision='bf16')
     assert cfg.optim_wrapper.type == 'CPUAutocastOptimWrapper'
-    assert 'loss_scale' not in cfg.optim_wrapper
-    assert cfg.model.decode_head.norm_cfg.type == 'BN'
-    assert cfg.model.auxiliary_head[0].norm_cfg.type == 'BN'
+    assert cfg.optim_wrapper.dtype == 'bfloat16' and 'loss_scale' not in cfg.optim_wrapper
     assert cfg.env_cfg.dist_cfg.backend == 'gloo'
-    assert cfg.model_wrapper_cfg.type == 'DeviceAwareDistributedDataParallel'
+    assert cfg.model_wrapper_cfg == dict(type='MMDistributedDataParallel', device_ids=None,
+                                         broadcast_buffers=False, find_unused_parameters=False)
 
 
 def test_adapt_config_with_cuda_changes_nothing():
@@ -102,13 +101,43 @@ def test_cpu_autocast_optim_wrapper_trains_in_bfloat16():
 
 
 def test_ddp_wraps_cpu_module(tmp_path):
+    """mmengine's own DDP wrapper from the adapted model_wrapper_cfg, built as Runner.wrap_model
+    builds it (``device_ids=[LOCAL_RANK]`` as a default argument, which DDP refuses on a CPU)."""
+    from mmengine.registry import MODEL_WRAPPERS
+    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda_available=False,
+                                 precision='fp32')
     dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0, world_size=1)
     try:
-        model = DeviceAwareDistributedDataParallel(torch.nn.Linear(4, 2), device_ids=[0])
+        model = MODEL_WRAPPERS.build(cfg.model_wrapper_cfg, default_args=dict(
+            module=torch.nn.Linear(4, 2), device_ids=[0]))
         model(torch.randn(3, 4)).sum().backward()
         assert model.module.weight.grad is not None
     finally:
         dist.destroy_process_group()
+
+
+def test_sync_bn_runs_as_batchnorm_in_a_cpu_process_group(tiny_demo_data, tmp_path, monkeypatch):
+    """mmengine reverts SyncBN only without a process group; the tools' Runner (AfnoSegRunner)
+    also reverts it under --launcher pytorch on a CPU, where SyncBN has no kernel (one rank)."""
+    import socket
+
+    from conftest import make_runner
+    with socket.socket() as free:
+        free.bind(('127.0.0.1', 0))
+        port = free.getsockname()[1]
+    for key, value in dict(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
+                           MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(key, value)
+    try:
+        runner = make_runner(tiny_demo_data, tmp_path, launcher='pytorch',
+                             **{'model.decode_head.norm_cfg.type': 'SyncBN'})
+        assert runner.distributed and runner.cfg.model.decode_head.norm_cfg.type == 'SyncBN'
+        norms = [type(m).__name__ for m in runner.model.modules()
+                 if 'BatchNorm' in type(m).__name__]
+        assert norms and 'SyncBatchNorm' not in norms, norms
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def test_missing_data_root_says_what_to_do(tmp_path):

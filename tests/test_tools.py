@@ -99,13 +99,25 @@ def test_resume_continues_like_an_uninterrupted_run(tiny_trained, tiny_demo_data
 
 
 def test_amp_config_trains_on_cpu_with_bfloat16(train_tool, tiny_demo_data, tmp_path):
-    """--amp on a CPU: the tool swaps AmpOptimWrapper (CUDA only) for bf16 CPU autocast."""
-    train_tool.main([TINY_CONFIG, '--work-dir', str(tmp_path), '--amp',
-                     *data_options(tiny_demo_data), 'train_cfg.max_iters=2',
-                     'train_cfg.val_interval=100'])
+    """--amp --precision bf16 on a CPU: AmpOptimWrapper (CUDA only) becomes bfloat16 CPU autocast,
+    and the training forward's convolutions and linear layers do compute in bfloat16."""
+    dtypes = []
+
+    def record(module, args, output):
+        if module.training and isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+            dtypes.append(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        train_tool.main([TINY_CONFIG, '--work-dir', str(tmp_path), '--amp', '--precision', 'bf16',
+                         *data_options(tiny_demo_data), 'train_cfg.max_iters=2',
+                         'train_cfg.val_interval=100'])
+    finally:
+        handle.remove()
     assert torch.load(tmp_path / 'iter_2.pth', weights_only=False)['meta']['iter'] == 2
     dumped = (tmp_path / os.path.basename(TINY_CONFIG)).read_text()  # the config it ran
-    assert "type='CPUAutocastOptimWrapper'" in dumped
+    assert "type='CPUAutocastOptimWrapper'" in dumped and "dtype='bfloat16'" in dumped
+    assert dtypes and set(dtypes) == {torch.bfloat16}, sorted(set(map(str, dtypes)))
 
 
 @pytest.mark.slow

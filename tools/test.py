@@ -1,14 +1,16 @@
 """Evaluate a checkpoint on a config's test set, with mmseg's tools/test.py flags.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR] [--show] [--show-dir DIR]
-                         [--tta] [--format-only DIR] [--mixer SPEC] [--cfg-options k=v ...]
+                         [--tta] [--format-only DIR] [--mixer SPEC] [--precision P]
+                         [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
 
 Prints per-class IoU/Acc and mIoU (IoUMetric). ``--show-dir`` saves prediction overlays,
 ``--out`` keeps the raw prediction PNGs, ``--format-only DIR`` writes the Cityscapes test-server
 format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing metrics.
 ``--mixer SPEC`` as in tools/train.py (a config a ``--mixer`` training wrote into its work_dir
-needs no switch).
+needs no switch). ``--precision fp16|bf16`` evaluates under that autocast (on a CPU too),
+``auto`` as the config's ``test_cfg.fp16`` says (bf16 or fp32 on a CPU, as tools/train.py).
 """
 import argparse
 import os
@@ -19,9 +21,10 @@ from mmengine.config import DictAction
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.decode_heads import use_low_res_fusion
 from afno_seg.deployment.startup import quiet_known_warnings
-from afno_seg.engine import UserError, build_runner, load_config, run_tool
+from afno_seg.engine import PRECISIONS, UserError, build_runner, load_config, run_tool
 from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
 from afno_seg.engine.checkpoint_fit import CheckpointFitHook
+from afno_seg.engine.precision import apply_test_precision
 from afno_seg.engine.preflight import check_checkpoint
 from afno_seg.mixer_switch import resolve_config_path, switch_mixer
 
@@ -51,6 +54,9 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--tta', action='store_true', help='test time augmentation')
+    parser.add_argument('--precision', choices=PRECISIONS, default='auto',
+                        help='inference autocast: fp16, bf16, fp32, or auto (the config\'s '
+                        'test_cfg.fp16; on a CPU bf16 where native, else fp32)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     add_trust_argument(parser)
     args = parser.parse_args(argv)
@@ -97,6 +103,7 @@ def main(argv=None) -> None:
     if args.format_only is not None:
         cfg.test_evaluator = dict(type='CityscapesMetric', format_only=True,
                                   output_dir=args.format_only, keep_results=True)
+    apply_test_precision(cfg, args.precision)
     runner = build_runner(cfg, ['test_dataloader'])
     # a checkpoint that does not fit the model is refused, not evaluated with random weights
     runner.register_hook(CheckpointFitHook(strict=True,

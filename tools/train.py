@@ -1,12 +1,13 @@
 """Train a segmentor (or classifier) from an OpenMMLab config, with mmseg's tools/train.py flags.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp] [--mixer SPEC]
-                          [--from-scratch] [--cfg-options k=v ...]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp] [--precision P]
+                          [--mixer SPEC] [--from-scratch] [--cfg-options k=v ...]
     bash tools/dist_train.sh CONFIG GPUS [args]          # torchrun, --launcher pytorch
 
-Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (bfloat16 autocast, BN for
-SyncBN, gloo for distributed runs), and a missing dataset, an unknown model type or a bad
-checkpoint stop at once with a message saying what to do.
+Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (``--precision auto``:
+bfloat16 autocast where the CPU has it natively, else float32; ``fp16`` runs float16 with the
+GPU's dynamic loss scale; BN for SyncBN, gloo for distributed runs), and a missing dataset, an
+unknown model type or a bad checkpoint stop at once with a message saying what to do.
 
 Interruptions (docs/reliability.md): SIGTERM, SIGINT or SIGUSR1 finish the current iteration, save a
 checkpoint and exit with status 75; run the same command with ``--resume`` to continue exactly.
@@ -25,7 +26,7 @@ from mmengine.logging import print_log
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.deployment.startup import quiet_known_warnings
-from afno_seg.engine import UserError, build_runner, load_config, run_tool
+from afno_seg.engine import PRECISIONS, UserError, build_runner, load_config, run_tool
 from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
 from afno_seg.engine.checkpoint_fit import CheckpointFitHook
 from afno_seg.engine.preemption import restart_count
@@ -42,7 +43,12 @@ def parse_args(argv=None):
                         '(start from scratch when there is none); implied in a process that '
                         'torchrun restarted or Slurm requeued')
     parser.add_argument('--amp', action='store_true', default=False,
-                        help='enable automatic-mixed-precision training (bfloat16 on a CPU)')
+                        help='enable automatic-mixed-precision training (AmpOptimWrapper, fp16 '
+                        'with a dynamic loss scale; on a CPU as --precision says)')
+    parser.add_argument('--precision', choices=PRECISIONS, default='auto',
+                        help='auto (default): the config\'s on CUDA; on a CPU its fp16 as bf16 '
+                        'where the CPU computes bfloat16 natively, else fp32. fp16: float16 '
+                        'autocast with a dynamic loss scale (on a CPU too); bf16; fp32')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override some settings in the used config, the key-value pair in xxx=yyy format '
@@ -71,6 +77,8 @@ def main(argv=None) -> None:
     cfg = switch_mixer(load_config(resolve_config_path(args.config), args.launcher,
                                    args.cfg_options, args.work_dir), args.mixer,
                        default_work_dir=args.work_dir is None)
+    if args.amp and args.precision == 'fp32':
+        raise UserError('--amp asks for mixed precision, --precision fp32 for none: pick one')
     if args.amp:
         optim_wrapper = cfg.optim_wrapper.type
         if optim_wrapper == 'AmpOptimWrapper':
@@ -92,7 +100,7 @@ def main(argv=None) -> None:
     # pretrained files present (or dropped: --from-scratch); load_from, resumed, pretrained safe
     check_config_checkpoints(cfg, cfg.resume, args.from_scratch, args.trust_checkpoint)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
-    runner = build_runner(cfg, loaders)
+    runner = build_runner(cfg, loaders, args.precision)
     runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
     with trusted_checkpoints(args.trust_checkpoint):
         runner.train()

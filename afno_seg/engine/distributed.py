@@ -1,11 +1,10 @@
 """Distributed training and testing on CPUs (gloo), with nothing changed on GPUs, and a clear
 message when a rank dies.
 
-mmengine 0.10.7's ``init_dist('pytorch')`` calls ``torch.cuda.set_device`` unconditionally and its
-``wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to DDP; both fail on a machine without CUDA.
-:func:`init_cpu_process_group` starts a gloo process group before the Runner is built (the Runner
-then skips its own ``init_dist``), and :class:`DeviceAwareDistributedDataParallel` drops
-``device_ids`` for CPU modules.
+mmengine 0.10.7's ``init_dist('pytorch')`` calls ``torch.cuda.set_device`` unconditionally, which
+fails on a machine without CUDA: :func:`init_cpu_process_group` starts a gloo process group before
+the Runner is built (the Runner then skips its own ``init_dist``). DDP on CPU modules is mmengine's
+own wrapper with ``device_ids=None`` (:func:`~.device.adapt_config_to_device`).
 
 When a rank dies (OOM killer, a node failure), the others fail in their next collective: at once
 when its sockets close (gloo: ``Connection reset by peer``, naming an address, not a rank), or
@@ -19,13 +18,10 @@ import os
 import socket
 import time
 
-import torch
 import torch.distributed as dist
-from mmengine.model import MMDistributedDataParallel
-from mmengine.registry import MODEL_WRAPPERS
 
-__all__ = ['DEFAULT_COLLECTIVE_TIMEOUT_S', 'DeviceAwareDistributedDataParallel',
-           'explain_collective_failure', 'init_cpu_process_group', 'record_peers']
+__all__ = ['DEFAULT_COLLECTIVE_TIMEOUT_S', 'explain_collective_failure', 'init_cpu_process_group',
+           'record_peers']
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 PEER_EXIT_WAIT_S = 3.0
@@ -34,16 +30,6 @@ _PEER_FAILURE_MARKERS = ('gloo', 'NCCL', 'ProcessGroup', 'c10d', 'Connection res
                          'Connection closed by peer')
 
 _peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
-
-
-@MODEL_WRAPPERS.register_module()
-class DeviceAwareDistributedDataParallel(MMDistributedDataParallel):
-    """``MMDistributedDataParallel`` that wraps CPU modules too (DDP forbids ``device_ids``
-    there)."""
-
-    def __init__(self, module: torch.nn.Module, device_ids=None, **kwargs) -> None:
-        on_cpu = all(p.device.type == 'cpu' for p in module.parameters())
-        super().__init__(module=module, device_ids=None if on_cpu else device_ids, **kwargs)
 
 
 def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> None:

@@ -12,6 +12,9 @@ from contextvars import ContextVar
 
 import torch
 from mmengine.config import Config
+from mmengine.logging import print_log
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from .cpu_memory import cache_freed_cpu_memory
@@ -27,7 +30,7 @@ from .errors import UserError
 from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted, stop_signals_released
 from .preflight import check_data_roots, check_model_types, check_splits_not_empty, check_work_dir
 
-__all__ = ['build_runner', 'load_config', 'run_tool']
+__all__ = ['AfnoSegRunner', 'build_runner', 'load_config', 'run_tool']
 
 
 def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = None,
@@ -65,39 +68,79 @@ class _ReleasesStopSignals:
     (:func:`~.preemption.stop_signals_released`), so a process that goes on (a test session) gets
     SIGTERM/SIGINT back. Inside :func:`run_tool` a failure sets them to ``SIG_IGN`` instead, in
     one step: the tool exits after its one-line message, which torchrun's SIGTERM to the
-    survivors of a dead rank must not cut short."""
+    survivors of a dead rank must not cut short. (No hook can: mmengine calls none on an
+    exception.)"""
 
     def train(self, *args, **kwargs):
         with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
             return super().train(*args, **kwargs)
 
 
+@RUNNERS.register_module()
+class AfnoSegRunner(_ReleasesStopSignals, Runner):
+    """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``).
+
+    - ``train()`` releases the stop signals however it ends (:class:`_ReleasesStopSignals`);
+    - without CUDA, SyncBN layers become BatchNorm (mmengine's ``revert_sync_batchnorm``; SyncBN
+      has no CPU kernel for a process group);
+    - with ``compile=True`` (mmengine compiles ``model.train_step``) the optimizer step stays out
+      of the compiled graph: traced, it fails in torch 2.14 on mmengine's ``ConfigDict`` param
+      groups ("'UserDefinedDictVariable' object has no attribute 'items'"), and a learning rate
+      that changes every iteration would recompile it every iteration. mmengine compiles the
+      whole ``train_step`` and has no switch to leave a part out, so ``update_params`` of the
+      wrapper it builds is marked ``torch.compiler.disable``.
+    """
+
+    def build_model(self, model):
+        model = super().build_model(model)
+        if torch.cuda.is_available():
+            return model
+        count = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules())
+        if count:
+            print_log(f'[afno_seg] no CUDA device: {count} SyncBN layer(s) run as BatchNorm.',
+                      logger='current', level=logging.WARNING)
+        return revert_sync_batchnorm(model)
+
+    def build_optim_wrapper(self, optim_wrapper):
+        wrapper = super().build_optim_wrapper(optim_wrapper)
+        if self.cfg.get('compile'):
+            wrapper.update_params = torch.compiler.disable(wrapper.update_params)
+        return wrapper
+
+
 def _runner_class(cfg: Config) -> type[Runner]:
-    """mmengine's ``Runner``, or the config's ``runner_type`` (looked up as mmengine's
-    ``RUNNERS.build`` does), with :class:`_ReleasesStopSignals`."""
-    base = cfg.get('runner_type', Runner)
-    if isinstance(base, str):
-        from mmengine.registry import RUNNERS
+    """:class:`AfnoSegRunner`, or the config's ``runner_type`` if that subclasses it (looked up
+    as mmengine's ``RUNNERS.build`` does)."""
+    name = cfg.get('runner_type', 'AfnoSegRunner')
+    if not isinstance(name, str):
+        runner = name
+    else:
         with RUNNERS.switch_scope_and_registry(cfg.get('_scope_')) as registry:
-            base = registry.get(cfg.runner_type)
-        if base is None:
-            raise UserError(f'runner_type={cfg.runner_type!r} is not a registered runner; check '
-                            'the name, or import the module that registers it (custom_imports)')
-    return type(base.__name__, (_ReleasesStopSignals, base), {})
+            runner = registry.get(name)
+        if runner is None:
+            raise UserError(f'runner_type={name!r} is not a registered runner; check the name, '
+                            'or import the module that registers it (custom_imports)')
+    if not (isinstance(runner, type) and issubclass(runner, AfnoSegRunner)):
+        raise UserError(f'runner_type={name!r}: the tools need a subclass of '
+                        'afno_seg.engine.AfnoSegRunner (stop signals, SyncBN on a CPU); '
+                        'derive it from that class instead of mmengine\'s Runner')
+    return runner
 
 
-def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
-    """Check data, work_dir, model types; adapt to the device (on a CPU also the allocator, see
-    :mod:`.cpu_memory`), join a CPU process group, build; data loaders get a timeout and worker
-    guards (:mod:`.dataloader_faults`), ranks note each other (:func:`.record_peers`); its
-    ``train()`` gives the stop-signal handlers back however it ends (:class:`_ReleasesStopSignals`).
+def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
+    """Check data, work_dir, model types; adapt to the device and ``precision``
+    (:func:`.adapt_config_to_device`; on a CPU also the allocator, see :mod:`.cpu_memory`), join
+    a CPU process group, build an :class:`AfnoSegRunner`; data loaders get a timeout and worker
+    guards (:mod:`.dataloader_faults`), ranks note each other (:func:`.record_peers`).
     """
     distributed = cfg.launcher != 'none'
     check_data_roots(cfg, loaders)
     check_splits_not_empty(cfg, loaders)
     check_work_dir(cfg.work_dir)
     check_model_types(cfg)
-    adapt_config_to_device(cfg, distributed=distributed)
+    training = 'train_dataloader' in loaders  # a test run builds no optimizer wrapper
+    adapt_config_to_device(cfg, distributed=distributed,
+                           precision=precision if training else None)
     if not torch.cuda.is_available():
         cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
     if distributed and cfg.launcher == 'pytorch' and not torch.cuda.is_available():
@@ -105,26 +148,8 @@ def build_runner(cfg: Config, loaders: Sequence[str]) -> Runner:
         init_cpu_process_group(dist_cfg.get('timeout') or DEFAULT_COLLECTIVE_TIMEOUT_S)
     runner = _runner_class(cfg).from_cfg(cfg)
     guard_runner_dataloaders(runner)
-    _eager_optimizer_step(runner)
     record_peers()
     return runner
-
-
-def _eager_optimizer_step(runner: Runner) -> None:
-    """With ``compile=True`` (mmengine compiles ``model.train_step``), the optimizer step stays
-    out of the compiled graph: the forward and its backward are compiled, ``update_params``
-    runs eagerly. Traced, the step fails in torch 2.14 on mmengine's ``ConfigDict`` param groups
-    ("'UserDefinedDictVariable' object has no attribute 'items'"), and a learning rate that
-    changes every iteration (warm-up, poly) would recompile it every iteration."""
-    build = runner.build_optim_wrapper
-
-    def build_with_eager_step(*args, **kwargs):
-        wrapper = build(*args, **kwargs)
-        wrapper.update_params = torch.compiler.disable(wrapper.update_params)
-        return wrapper
-
-    if runner.cfg.get('compile'):
-        runner.build_optim_wrapper = build_with_eager_step
 
 
 def run_tool(main: Callable[[], None]) -> int:

@@ -17,9 +17,10 @@ the same machine load; likewise for inference. Recorded per config:
   gradients (the decode head's logits at 1/4 resolution; no resize, no sliding window).
 
 GlobalFilterMixer stores its filters at the backbone's ``base_img_size`` grids; it is set to the
-crop here, as when training at that crop. Precision: ``--amp none`` (fp32 ``OptimWrapper``),
-``fp16`` or ``bf16`` (``AmpOptimWrapper`` with that dtype, dynamic loss scale for fp16; autocast
-at inference). Default: none on CPU, the config's fp16 on CUDA.
+crop here, as when training at that crop. ``--precision`` as in tools/train.py: ``fp32``
+(``OptimWrapper``), ``fp16`` (float16 autocast, dynamic loss scale; on a CPU through
+``CPUAutocastOptimWrapper``), ``bf16``, ``auto`` (the processor's fast one on a CPU); the same
+autocast at inference. Default: fp32 on CPU, the config's fp16 on CUDA.
 
 Usage::
 
@@ -54,8 +55,8 @@ from afno_seg.experiments.benchmarking import (
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-FIELDS = ['config', 'mixers', 'device', 'amp', 'crop', 'batch', 'params_m', 'status', 'train_s',
-          'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
+FIELDS = ['config', 'mixers', 'device', 'precision', 'crop', 'batch', 'params_m', 'status',
+          'train_s', 'train_min_s', 'train_max_s', 'train_times_s', 'step_peak_mb', 'state_mb',
           'infer_img_s', 'infer_times_s']
 
 
@@ -65,8 +66,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--configs', nargs='+', help='config files (default: every '
                         'configs/segformer_*_b3_cityscapes.py)')
     parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
-    parser.add_argument('--amp', choices=['none', 'fp16', 'bf16'],
-                        help='default: none on CPU, fp16 on CUDA')
+    parser.add_argument('--precision', nargs='+', choices=['auto', 'fp16', 'bf16', 'fp32'],
+                        help='default: fp32 on CPU, fp16 on CUDA; several: each config in each, '
+                        'interleaved (rows CONFIG@PRECISION, step ratios to the first)')
     parser.add_argument('--crop', type=int, default=512, help='square crop size')
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--iters', type=int, default=3, help='timed training rounds')
@@ -101,14 +103,15 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(str(error))
     args.configs = args.configs or sorted(
         glob.glob(osp.join(ROOT, 'configs', 'segformer_*_b3_cityscapes.py')))
-    args.amp = args.amp or ('none' if args.device == 'cpu' else 'fp16')
+    args.precision = args.precision or ['fp32' if args.device == 'cpu' else 'fp16']
     if args.quick:
         args.crop, args.batch, args.iters, args.warmup = 64, 1, 1, 0
         args.infer_iters = min(args.infer_iters, 1)
     return args
 
 
-def prepare_cfg(path: str, args: argparse.Namespace, head: str = 'stock'):
+def prepare_cfg(path: str, args: argparse.Namespace, head: str = 'stock',
+                precision: str = 'fp32'):
     from afno_seg.decode_heads import use_low_res_fusion
     from afno_seg.engine import UserError
     from afno_seg.mixer_switch import load_switched_config
@@ -128,48 +131,23 @@ def prepare_cfg(path: str, args: argparse.Namespace, head: str = 'stock'):
         sizes = ARCH_SETTINGS['b0']
         cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
         cfg.model.decode_head.channels = 32
-    optim_wrapper = dict(cfg.optim_wrapper)
-    optim_wrapper.pop('loss_scale', None)
-    if args.amp == 'none':
-        optim_wrapper['type'] = 'OptimWrapper'
-    else:
-        optim_wrapper['type'] = 'AmpOptimWrapper'
-        optim_wrapper['dtype'] = 'float16' if args.amp == 'fp16' else 'bfloat16'
-        if args.amp == 'fp16':
-            optim_wrapper['loss_scale'] = 'dynamic'
-    cfg.optim_wrapper = optim_wrapper
-    return cfg
-
-
-def random_batch(args, num_classes: int, generator: torch.Generator) -> dict:
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    crop, inputs, samples = args.crop, [], []
-    for _ in range(args.batch):
-        inputs.append(torch.randint(0, 256, (3, crop, crop), dtype=torch.uint8,
-                                    generator=generator))
-        cells = torch.randint(0, num_classes, (1, crop // 16 + 1, crop // 16 + 1),
-                              generator=generator)  # blocky labels, 16 px cells
-        label = cells.repeat_interleave(16, 1).repeat_interleave(16, 2)[:, :crop, :crop]
-        sample = SegDataSample(gt_sem_seg=PixelData(data=label))
-        sample.set_metainfo(dict(img_shape=(crop, crop), ori_shape=(crop, crop),
-                                 pad_shape=(crop, crop)))
-        samples.append(sample)
-    return dict(inputs=inputs, data_samples=samples)
+    from afno_seg.engine.precision import apply_precision
+    return cfg, apply_precision(cfg, precision, cuda=args.device == 'cuda')
 
 
 class Entry:
     """One config's model, optimizer wrapper and measurements."""
 
     def __init__(self, path: str, args: argparse.Namespace, device: torch.device,
-                 head: str = 'stock') -> None:
+                 head: str = 'stock', precision: str = 'fp32') -> None:
         from mmengine.model import revert_sync_batchnorm
         from mmengine.optim import build_optim_wrapper
         from mmseg.registry import MODELS
-        self.cfg = prepare_cfg(path, args, head)
+        self.cfg, self.precision = prepare_cfg(path, args, head, precision)
         mixers = self.cfg.model.backbone.mixers
         mixers = [mixers] if isinstance(mixers, dict) else mixers
-        self.row = dict(config=row_name(path, head), device=args.device, amp=args.amp,
+        self.row = dict(config=row_name(path, head, precision, args), device=args.device,
+                        precision=self.precision,
                         crop=args.crop, batch=args.batch, status='ok',
                         mixers='/'.join(m['type'].replace('Mixer', '') for m in mixers))
         self.model = revert_sync_batchnorm(MODELS.build(self.cfg.model))
@@ -181,7 +159,9 @@ class Entry:
         self.train_times, self.infer_times, self.peak = [], [], 0.0
 
     def batch(self, args) -> dict:
-        return random_batch(args, self.cfg.model.decode_head.num_classes, self.generator)
+        from afno_seg.analysis.memory import random_batch
+        return random_batch(args.crop, self.cfg.model.decode_head.num_classes, self.generator,
+                            args.batch)
 
     def train_step(self, data) -> None:
         self.model.train()
@@ -229,17 +209,19 @@ def inference_inputs(entry: Entry, args, device: torch.device) -> torch.Tensor:
     return data['inputs'].to(device)
 
 
-def row_name(path: str, head: str) -> str:
-    return osp.basename(path) + ('+low-res-head' if head == 'low-res' else '')
+def row_name(path: str, head: str, precision: str, args) -> str:
+    return (osp.basename(path) + ('+low-res-head' if head == 'low-res' else '') +
+            (f'@{precision}' if len(args.precision) > 1 else ''))
 
 
 def run(args: argparse.Namespace, device: torch.device, entries: list, failed: list) -> None:
     """Build every model, then train and infer in rounds; fills ``entries`` and ``failed``."""
-    for path, head in itertools.product(args.configs, args.heads):
+    for path, head, precision in itertools.product(args.configs, args.heads, args.precision):
         try:
-            entries.append(Entry(path, args, device, head))
+            entries.append(Entry(path, args, device, head, precision))
         except Exception as error:  # noqa: BLE001  (record it, go on with the next config)
-            failed.append(dict(config=row_name(path, head), status=error_text(error)))
+            failed.append(dict(config=row_name(path, head, precision, args),
+                               status=error_text(error)))
     print(f'built {len(entries)} models', flush=True)
     live = list(entries)
     for round_index in range(args.warmup + args.iters):
@@ -263,8 +245,6 @@ def run(args: argparse.Namespace, device: torch.device, entries: list, failed: l
 
 
 def measure_inference(entries: list[Entry], args, device: torch.device) -> None:
-    autocast = (torch.autocast(device.type, dtype=torch.float16 if args.amp == 'fp16'
-                               else torch.bfloat16) if args.amp != 'none' else None)
     inputs = {id(e): inference_inputs(e, args, device) for e in entries}
     for entry in entries:
         entry.model.eval()
@@ -272,12 +252,10 @@ def measure_inference(entries: list[Entry], args, device: torch.device) -> None:
     for round_index in range(1 + args.infer_iters):
         for entry in (entries if round_index % 2 == 0 else entries[::-1]):
             def forward(entry=entry):
-                with torch.no_grad():
-                    if autocast is None:
-                        entry.model(inputs[id(entry)], mode='tensor')
-                    else:
-                        with torch.autocast(device.type, dtype=autocast.fast_dtype):
-                            entry.model(inputs[id(entry)], mode='tensor')
+                with torch.no_grad(), torch.autocast(
+                        device.type, dtype=torch.float16 if entry.precision == 'fp16' else
+                        torch.bfloat16, enabled=entry.precision != 'fp32'):
+                    entry.model(inputs[id(entry)], mode='tensor')
             try:
                 seconds = timed(forward, device)
             except Exception as error:  # noqa: BLE001
@@ -327,11 +305,13 @@ def write_outputs(rows, ratios, args, started, load_before, load_after) -> list[
              f'Command: `{args.command}`', '',
              f'Environment: {environment(args.device)}; torch threads {torch.get_num_threads()}; '
              f'CPU memory {args.cpu_memory}; '
-             f'crop {args.crop}x{args.crop}, batch {args.batch}, amp {args.amp}; training: '
-             f'{args.warmup} warm-up + {args.iters} timed rounds, inference: 1 + '
+             f'crop {args.crop}x{args.crop}, batch {args.batch}, '
+             f'precision {"/".join(args.precision)}; training: {args.warmup} warm-up + '
+             f'{args.iters} timed rounds, inference: 1 + '
              f'{args.infer_iters}, configs interleaved; started {started}; load average '
              f'{load_before} at start, {load_after} at end.', '',
-             '| config | mixers | params M | train step s (median [min-max]) | step / ESA step '
+             '| config | mixers | params M | train step s (median [min-max]) | step / '
+             f'{"ESA" if len(args.precision) == 1 else args.reference} step '
              '| step peak MB | state MB | inference img/s | status |',
              '|---|---|---|---|---|---|---|---|---|']
     for row in rows:
@@ -375,7 +355,9 @@ def main(argv=None) -> int:
         args.command += '  (INTERRUPTED: partial results)'
         print('interrupted: writing what was measured so far', flush=True)
     rows = [finish_row(e, args) for e in entries] + failed
-    ratios = paired_train_ratios(entries, 'segformer_esa_b3_cityscapes.py')
+    args.reference = ('segformer_esa_b3_cityscapes.py' if len(args.precision) == 1 else
+                      row_name(args.configs[0], args.heads[0], args.precision[0], args))
+    ratios = paired_train_ratios(entries, args.reference)
     written = write_outputs(rows, ratios, args, started, load_before, load_average())
     print('wrote ' + ', '.join(written))
     if interrupted:

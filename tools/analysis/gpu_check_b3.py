@@ -2,9 +2,13 @@
 
 For each ``configs/segformer_*_b3_cityscapes.py`` the full segmentor (random init, no pretrained
 file, no dataset) is trained for ``--warmup + --iters`` iterations on random images and labels,
-batch 1, with the config's own optimizer wrapper (AmpOptimWrapper, dynamic loss scale). Recorded:
-median seconds per iteration after warm-up, peak allocated GPU memory, whether every loss was
-finite, and the loss scale (start, end, drops during the measured iterations: "stable" = none).
+batch 1, with the config's own optimizer wrapper (AmpOptimWrapper, dynamic loss scale;
+``--precision`` as in tools/train.py). Recorded: median seconds per iteration after warm-up, peak
+allocated GPU memory, the activations saved for backward in the last iteration (the device
+independent figure tools/analysis/step_memory.py gives on a CPU), whether every loss was finite,
+the loss scale (start, end, drops during the measured iterations: "stable" = none), and the
+loss-scale check (fp16): a gradient made infinite must skip the optimizer step (no weight moves)
+and halve the scale, and two finite steps (growth interval 2 for the check) must double it back.
 Results go to ``<out>/gpu_check_b3.csv`` and ``<out>/gpu_check_b3.md`` (with the command line and
 versions), ready to paste into BENCHMARKS.md. A config that fails (e.g. out of memory) is recorded
 with its error and the others still run.
@@ -12,7 +16,7 @@ with its error and the others still run.
 Usage (one GPU; about 2-4 minutes on an H100/H200 class GPU)::
 
     python tools/analysis/gpu_check_b3.py [--iters 10] [--warmup 5] [--out work_dirs/gpu_check_b3]
-    python tools/analysis/gpu_check_b3.py --dry-run   # CPU, B0 at 64x64, fp32: checks the script
+    python tools/analysis/gpu_check_b3.py --dry-run   # CPU, B0 at 64x64, fp16: checks the script
 """
 import argparse
 import csv
@@ -28,10 +32,9 @@ import time
 import torch
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
 FIELDS = ['config', 'mixers', 'params_M', 'crop', 'iters', 'sec_per_iter', 'peak_mem_GiB',
-          'loss_first', 'loss_last', 'loss_finite', 'scale_start', 'scale_end', 'scale_drops',
-          'scale_stable', 'status']
+          'saved_GiB', 'loss_first', 'loss_last', 'loss_finite', 'scale_start', 'scale_end',
+          'scale_drops', 'scale_stable', 'scale_check', 'status']
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -44,23 +47,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--warmup', type=int, default=5, help='iterations before measuring')
     parser.add_argument('--with-cp', action='store_true', help='gradient checkpointing')
     parser.add_argument('--out', default=osp.join(ROOT, 'work_dirs', 'gpu_check_b3'))
+    parser.add_argument('--precision', choices=['fp16', 'bf16', 'fp32'], default='fp16',
+                        help='fp16: the configs\' AmpOptimWrapper (on a CPU its CPU form)')
     parser.add_argument('--dry-run', action='store_true',
-                        help='CPU, arch b0, 64x64 crop, 1+1 iterations, fp32 OptimWrapper')
+                        help='CPU, arch b0, 64x64 crop, 1+1 iterations')
     return parser.parse_args(argv)
-
-
-def random_batch(crop: int, num_classes: int, generator: torch.Generator) -> dict:
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    image = torch.randint(0, 256, (3, crop, crop), dtype=torch.uint8, generator=generator)
-    # Blocky labels (16x16 cells) so that the loss has structure to fit, with some ignore pixels.
-    cells = torch.randint(0, num_classes, (1, crop // 16 + 1, crop // 16 + 1), generator=generator)
-    label = cells.repeat_interleave(16, 1).repeat_interleave(16, 2)[:, :crop, :crop]
-    label[:, :crop // 32] = 255
-    sample = SegDataSample(gt_sem_seg=PixelData(data=label))
-    sample.set_metainfo(dict(img_shape=(crop, crop), ori_shape=(crop, crop),
-                             pad_shape=(crop, crop)))
-    return dict(inputs=[image], data_samples=[sample])
 
 
 def prepare_cfg(path: str, args: argparse.Namespace):
@@ -69,7 +60,6 @@ def prepare_cfg(path: str, args: argparse.Namespace):
     from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
     cfg = Config.fromfile(path)
     backbone = cfg.model.backbone
-    backbone.init_cfg = None  # random weights: no pretrained file needed
     backbone.with_cp = args.with_cp
     cfg.model.data_preprocessor.size = (args.crop, args.crop)
     if args.dry_run:
@@ -77,36 +67,62 @@ def prepare_cfg(path: str, args: argparse.Namespace):
         backbone.arch = 'b0'
         cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
         cfg.model.decode_head.channels = 32
-        cfg.optim_wrapper.type = 'OptimWrapper'  # AmpOptimWrapper needs a GPU
-        cfg.optim_wrapper.pop('loss_scale', None)
     return cfg
 
 
+def loss_scale_check(model, optim_wrapper, data, device: torch.device) -> str:
+    """'ok', or what went wrong: an injected inf gradient skips the step and halves the scale,
+    two finite steps double it back (the check's own scaler, growth interval 2)."""
+    scaler = getattr(optim_wrapper, 'loss_scaler', None)
+    if scaler is None or not scaler.is_enabled():
+        return 'no loss scale'
+    saved, scale = scaler, scaler.get_scale()
+    optim_wrapper.loss_scaler = torch.amp.GradScaler(device.type, init_scale=scale,
+                                                     growth_interval=2)
+    try:
+        params = [p for p in model.parameters() if p.requires_grad]
+        before = [p.detach().clone() for p in params]
+        hook = params[-1].register_hook(lambda grad: grad * float('inf'))
+        model.train_step(data, optim_wrapper)
+        hook.remove()
+        moved = sum(not torch.equal(p, b) for p, b in zip(params, before))
+        after_skip = optim_wrapper.loss_scaler.get_scale()
+        for _ in range(2):
+            model.train_step(data, optim_wrapper)
+        grown = optim_wrapper.loss_scaler.get_scale()
+    finally:
+        optim_wrapper.loss_scaler = saved
+    problems = ([f'{moved} parameters moved in the skipped step'] if moved else []) + (
+        [f'scale {scale} -> {after_skip} on overflow (expected {scale / 2})']
+        if after_skip != scale / 2 else []) + (
+        [f'scale {after_skip} -> {grown} after 2 finite steps (expected {scale})']
+        if grown != scale else [])
+    return '; '.join(problems) or 'ok'
+
+
 def check_config(path: str, args: argparse.Namespace, device: torch.device) -> dict:
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.optim import build_optim_wrapper
-    from mmseg.registry import MODELS
+    from afno_seg.analysis.memory import SavedTensorBytes, build_for_step, random_batch
     cfg = prepare_cfg(path, args)
     mixers = cfg.model.backbone.mixers
     mixers = [mixers] if isinstance(mixers, dict) else mixers
     row = dict(config=osp.basename(path), crop=args.crop, iters=args.iters,
                mixers='/'.join(m['type'].replace('Mixer', '') for m in mixers))
-    model = revert_sync_batchnorm(MODELS.build(cfg.model))  # one process: plain BN
-    model.init_weights()
-    model = model.to(device).train()
+    model, optim_wrapper = build_for_step(cfg, args.precision, device)
     row['params_M'] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
-    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     scaler = getattr(optim_wrapper, 'loss_scaler', None)
+    scaler = scaler if scaler is not None and scaler.is_enabled() else None
     generator = torch.Generator().manual_seed(0)
     losses, times, scales = [], [], [scaler.get_scale() if scaler else 1.0]
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
-    for step in range(args.warmup + args.iters):
+    for _ in range(args.warmup + args.iters):
         data = random_batch(args.crop, cfg.model.decode_head.num_classes, generator)
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        log_vars = model.train_step(data, optim_wrapper)
+        counter = SavedTensorBytes(model.parameters())  # what backward keeps (the last counts)
+        with counter.counting():
+            log_vars = model.train_step(data, optim_wrapper)
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
@@ -117,10 +133,12 @@ def check_config(path: str, args: argparse.Namespace, device: torch.device) -> d
     row.update(
         sec_per_iter=round(statistics.median(times[args.warmup:]), 4),
         peak_mem_GiB=round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-        if device.type == 'cuda' else '',
+        if device.type == 'cuda' else '', saved_GiB=round(counter.bytes / 2**30, 3),
         loss_first=round(losses[0], 4), loss_last=round(losses[-1], 4),
         loss_finite=all(math.isfinite(v) for v in losses), scale_start=scales[0],
-        scale_end=scales[-1], scale_drops=drops, scale_stable=drops == 0, status='ok')
+        scale_end=scales[-1], scale_drops=drops, scale_stable=drops == 0,
+        scale_check=loss_scale_check(model, optim_wrapper, data, device))
+    row['status'] = 'ok' if row['scale_check'] in ('ok', 'no loss scale') else 'scale check failed'
     return row
 
 
@@ -149,8 +167,7 @@ def main(argv=None) -> int:
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
 
-    import afno_seg.backbones  # noqa: F401  (registers MixerMiT)
-    import afno_seg.mixers  # noqa: F401
+    import afno_seg  # noqa: F401  (registers MixerMiT, the mixers, the CPU optimizer wrapper)
     args = parse_args(argv)
     if args.dry_run:
         args.crop, args.iters, args.warmup = 64, 1, 1

@@ -1,0 +1,205 @@
+"""The floating-point precision a run computes in: ``--precision {auto,fp16,bf16,fp32}``.
+
+The configs train as written for GPUs: float16 autocast with a dynamic loss scale
+(``AmpOptimWrapper``). What each choice runs:
+
+- ``fp16``: float16 autocast and mmengine's loss scaling. On CUDA ``AmpOptimWrapper``; on a CPU
+  :class:`~.optim_wrapper.CPUAutocastOptimWrapper` with ``torch.amp.GradScaler('cpu')`` (the same
+  dynamic scale, growth, back-off and skipped steps as on the GPU).
+- ``bf16``: bfloat16 autocast, no loss scale (float32's exponent range).
+- ``fp32``: ``OptimWrapper``.
+- ``auto``: on CUDA the config as written. On a CPU a mixed-precision config becomes bf16 where
+  the processor computes bfloat16 natively (x86 ``avx512_bf16``/``amx_bf16``, Arm ``bf16``), else
+  fp32: where it is emulated a bfloat16 or float16 matmul is 10-65x slower than float32
+  (BENCHMARKS.md). A float32 config stays float32. The CPU's flags are read once per process.
+
+``tools/test.py --precision`` evaluates under the same choice (:class:`AutocastTestLoop`).
+
+A precision the device cannot run (float16 autocast in a torch without CPU float16 kernels,
+bfloat16 on a GPU without it) is a :class:`~.errors.UserError` naming what is available, never a
+silent switch; an emulated one runs, with one warning line.
+"""
+import functools
+import logging
+import warnings
+
+import torch
+from mmengine.config import Config
+from mmengine.device import get_device
+from mmengine.logging import print_log
+from mmengine.registry import LOOPS
+from mmengine.runner import TestLoop
+from mmengine.runner.loops import _update_losses
+
+from .errors import UserError
+
+__all__ = ['PRECISIONS', 'AutocastTestLoop', 'apply_precision', 'apply_test_precision',
+           'choose_precision', 'config_precision', 'cpu_flags']
+
+PRECISIONS = ('auto', 'fp16', 'bf16', 'fp32')
+DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16}
+# /proc/cpuinfo flags (x86 "flags", Arm "Features") of hardware that computes these natively.
+NATIVE_CPU_FLAGS = {'bf16': ('avx512_bf16', 'amx_bf16', 'bf16'),
+                    'fp16': ('avx512_fp16', 'amx_fp16', 'fphp', 'asimdhp')}
+_WRAPPERS = ('OptimWrapper', 'AmpOptimWrapper', 'CPUAutocastOptimWrapper')
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none, e.g. macOS)."""
+    try:
+        with open('/proc/cpuinfo') as file:
+            for line in file:
+                key, _, value = line.partition(':')
+                if key.strip() in ('flags', 'Features'):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.cache
+def autocast_runs(device_type: str, precision: str) -> bool:
+    """Whether torch autocasts a matmul to that dtype here (a torch without CPU float16 autocast
+    warns and runs float32 instead)."""
+    if device_type == 'cuda' and precision == 'bf16' and not torch.cuda.is_bf16_supported():
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            with torch.autocast(device_type, dtype=DTYPES[precision]):
+                out = torch.ones(2, 2, device=device_type) @ torch.ones(2, 2, device=device_type)
+        return out.dtype == DTYPES[precision]
+    except RuntimeError:
+        return False
+
+
+def config_precision(cfg: Config) -> str:
+    """'fp16', 'bf16' or 'fp32': what the config's ``optim_wrapper`` trains in."""
+    wrapper = cfg.get('optim_wrapper') or {}
+    if wrapper.get('type') not in ('AmpOptimWrapper', 'CPUAutocastOptimWrapper'):
+        return 'fp32'
+    dtype = str(wrapper.get('dtype') or ('bfloat16' if wrapper['type'] ==
+                                        'CPUAutocastOptimWrapper' else 'float16'))
+    return 'bf16' if 'bfloat16' in dtype else 'fp16'
+
+
+def choose_precision(requested: str, configured: str, cuda: bool, flags=frozenset(),
+                     runs=lambda precision: True) -> tuple[str, str]:
+    """The precision to run and why, in words; raises :class:`UserError` for one that cannot run.
+
+    Args:
+        requested (str): One of :data:`PRECISIONS`.
+        configured (str): The config's own, from :func:`config_precision`.
+        cuda (bool): Whether the run is on a CUDA device.
+        flags (frozenset[str]): The CPU's feature flags (:func:`cpu_flags`).
+        runs (callable): ``runs('fp16')`` is whether autocast to that dtype works here.
+    """
+    if requested not in PRECISIONS:
+        raise UserError(f'--precision {requested}: choose one of {", ".join(PRECISIONS)}')
+    device = 'CUDA' if cuda else 'CPU'
+    native = {p for p, names in NATIVE_CPU_FLAGS.items() if flags & set(names)}
+    if requested == 'auto':
+        if cuda or configured == 'fp32':
+            return configured, f'auto: the config\'s {configured} on {device}'
+        if 'bf16' in native:
+            return 'bf16', (f'auto: the config\'s {configured} as bf16, which this CPU computes '
+                            f'natively ({"/".join(sorted(flags & set(NATIVE_CPU_FLAGS["bf16"])))})')
+        return 'fp32', (f'auto: the config\'s {configured} as fp32: this CPU has no native '
+                         'bfloat16 (no avx512_bf16/amx_bf16 flag) and emulates it 10-65x slower '
+                         'than float32; --precision bf16 or fp16 forces it')
+    if requested != 'fp32' and not runs(requested):
+        available = [p for p in ('fp16', 'bf16') if p != requested and runs(p)] + ['fp32']
+        raise UserError(f'--precision {requested}: {DTYPES[requested]} autocast does not run on '
+                        f'this {device} (torch {torch.__version__}); available here: '
+                        f'{", ".join(available)}')
+    if requested != 'fp32' and not cuda and requested not in native:
+        return requested, (f'--precision {requested}: emulated on this CPU (no '
+                           f'{"/".join(NATIVE_CPU_FLAGS[requested][:2])} flag), expect it many '
+                           'times slower than fp32')
+    return requested, f'--precision {requested} on {device}'
+
+
+def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = None) -> str:
+    """Rewrite ``cfg.optim_wrapper`` to run in the chosen precision; log the choice in one line.
+
+    Returns the precision chosen ('fp16', 'bf16' or 'fp32').
+    """
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    wrapper = cfg.get('optim_wrapper')
+    if wrapper is None:
+        return 'fp32'
+    configured = config_precision(cfg)
+    if requested != 'auto' and wrapper.get('type') not in _WRAPPERS:
+        raise UserError(f'--precision {requested} needs optim_wrapper.type in {_WRAPPERS}; the '
+                        f'config has {wrapper.get("type")!r}')
+    device = 'cuda' if cuda else 'cpu'
+    chosen, reason = choose_precision(requested, configured, cuda, cpu_flags(),
+                                      functools.partial(autocast_runs, device))
+    wrapper_type = wrapper.get('type')
+    # AmpOptimWrapper refuses to run without a GPU: replaced even at its own dtype (and back).
+    if chosen != configured or wrapper_type == ('CPUAutocastOptimWrapper' if cuda else
+                                                'AmpOptimWrapper'):
+        wrapper_type = ('OptimWrapper' if chosen == 'fp32' else
+                        'AmpOptimWrapper' if cuda else 'CPUAutocastOptimWrapper')
+        for key in ('dtype', 'use_fsdp') + (('loss_scale',) if chosen != 'fp16' else ()):
+            wrapper.pop(key, None)
+        wrapper['type'] = wrapper_type
+        if chosen != 'fp32':
+            wrapper['dtype'] = 'float16' if chosen == 'fp16' else 'bfloat16'
+        if chosen == 'fp16':
+            wrapper.setdefault('loss_scale', 'dynamic')
+    level = logging.INFO if chosen == configured and 'emulated' not in reason else logging.WARNING
+    print_log(f'[afno_seg] precision {chosen} ({reason}): optim_wrapper {wrapper_type}',
+              logger='current', level=level)
+    return chosen
+
+
+@LOOPS.register_module()
+class AutocastTestLoop(TestLoop):
+    """mmengine's ``TestLoop`` under ``torch.autocast(device, dtype)`` (its own ``fp16=True`` is
+    bfloat16 on a CPU and refuses float16 there).
+
+    Args:
+        dtype (str): 'float16' or 'bfloat16'. Default: 'float16'.
+        **kwargs: Passed to :class:`mmengine.runner.TestLoop`.
+    """
+
+    def __init__(self, *args, dtype: str = 'float16', **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cast_dtype = getattr(torch, dtype)
+
+    @torch.no_grad()
+    def run_iter(self, idx, data_batch) -> None:
+        # TestLoop.run_iter with torch.autocast in place of mmengine's autocast(enabled=fp16)
+        self.runner.call_hook('before_test_iter', batch_idx=idx, data_batch=data_batch)
+        with torch.autocast(get_device(), dtype=self.cast_dtype):
+            outputs = self.runner.model.test_step(data_batch)
+        outputs, self.test_loss = _update_losses(outputs, self.test_loss)
+        self.evaluator.process(data_samples=outputs, data_batch=data_batch)
+        self.runner.call_hook('after_test_iter', batch_idx=idx, data_batch=data_batch,
+                              outputs=outputs)
+
+
+def apply_test_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = None) -> str:
+    """Set ``cfg.test_cfg`` to evaluate in the chosen precision (``auto``: the config's
+    ``test_cfg.fp16``, as bf16 or fp32 on a CPU by :func:`choose_precision`); log it in one line.
+    """
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    test_cfg = cfg.get('test_cfg') or {}
+    configured = 'fp16' if test_cfg.get('fp16') else 'fp32'
+    if requested == 'auto' and configured == 'fp32':
+        return 'fp32'
+    chosen, reason = choose_precision(requested, configured, cuda, cpu_flags(),
+                                      functools.partial(autocast_runs,
+                                                        'cuda' if cuda else 'cpu'))
+    test_cfg.pop('fp16', None)
+    if chosen == 'fp32':
+        test_cfg['type'] = 'TestLoop'
+    else:
+        test_cfg.update(type='AutocastTestLoop',
+                        dtype='float16' if chosen == 'fp16' else 'bfloat16')
+    cfg.test_cfg = test_cfg
+    print_log(f'[afno_seg] test precision {chosen} ({reason})', logger='current',
+              level=logging.INFO if chosen == configured else logging.WARNING)
+    return chosen

@@ -1,0 +1,193 @@
+"""--precision: the choice (auto by the CPU's flags, refused when it cannot run), the config it
+writes, and float16 with a real loss scale on a CPU (CPUAutocastOptimWrapper + GradScaler('cpu')):
+an overflow skips the step and halves the scale, finite steps grow it back, a resume restores it.
+The memory of a step (afno_seg.analysis.memory): bytes saved for backward, counted once per
+storage without the parameters, and the shapes-only count held to a real step's.
+"""
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+
+import afno_seg  # noqa: F401
+from afno_seg.analysis.memory import SavedTensorBytes, fake_saved_bytes, step_memory
+from afno_seg.engine import UserError, apply_precision
+from afno_seg.engine import precision as precision_module
+from afno_seg.engine.precision import choose_precision
+
+from conftest import TINY_CONFIG
+
+AVX2 = frozenset({'sse4_2', 'avx', 'avx2', 'fma'})
+SAPPHIRE = AVX2 | {'avx512f', 'avx512_bf16', 'amx_bf16', 'avx512_fp16'}
+
+
+@pytest.mark.parametrize('requested, configured, cuda, flags, expected', [
+    ('auto', 'fp16', False, SAPPHIRE, 'bf16'),
+    ('auto', 'fp16', False, AVX2, 'fp32'),        # never an emulated bf16
+    ('auto', 'fp16', False, frozenset(), 'fp32'),  # flags unknown (no /proc/cpuinfo)
+    ('auto', 'fp16', False, frozenset({'fp', 'asimd', 'bf16'}), 'bf16'),  # Arm
+    ('auto', 'fp32', False, SAPPHIRE, 'fp32'),    # a float32 config stays float32
+    ('auto', 'fp16', True, AVX2, 'fp16'),         # CUDA: the config's
+    ('fp16', 'fp32', False, AVX2, 'fp16'),        # asked: runs, emulated (warned)
+    ('fp32', 'fp16', True, AVX2, 'fp32'),
+])
+def test_choose_precision(requested, configured, cuda, flags, expected):
+    chosen, reason = choose_precision(requested, configured, cuda, flags)
+    assert chosen == expected
+    assert '\n' not in reason
+    if not cuda and chosen != 'fp32' and not (flags & set(precision_module.NATIVE_CPU_FLAGS[
+            chosen])):
+        assert 'emulated' in reason
+    if requested == 'auto' and configured == 'fp16' and chosen == 'fp32':
+        assert 'no native bfloat16' in reason
+
+
+def test_a_precision_that_cannot_run_names_what_is_available():
+    with pytest.raises(UserError, match=r'--precision fp16: torch.float16 autocast does not run '
+                                        r'on this CPU .* available here: bf16, fp32$'):
+        choose_precision('fp16', 'fp16', False, SAPPHIRE, runs=lambda p: p == 'bf16')
+    with pytest.raises(UserError, match='available here: fp32$'):
+        choose_precision('bf16', 'fp16', True, AVX2, runs=lambda p: False)
+
+
+def amp_config():
+    return Config(dict(optim_wrapper=dict(
+        type='AmpOptimWrapper', loss_scale='dynamic', optimizer=dict(type='AdamW', lr=1e-3))))
+
+
+@pytest.mark.parametrize('requested, cuda, flags, wrapper', [
+    ('auto', False, SAPPHIRE, dict(type='CPUAutocastOptimWrapper', dtype='bfloat16')),
+    ('auto', False, AVX2, dict(type='OptimWrapper')),
+    ('fp16', False, AVX2, dict(type='CPUAutocastOptimWrapper', dtype='float16',
+                               loss_scale='dynamic')),
+    ('bf16', True, AVX2, dict(type='AmpOptimWrapper', dtype='bfloat16')),
+    ('auto', True, AVX2, dict(type='AmpOptimWrapper', loss_scale='dynamic')),
+])
+def test_apply_precision_writes_the_wrapper(monkeypatch, requested, cuda, flags, wrapper):
+    monkeypatch.setattr(precision_module, 'cpu_flags', lambda: flags)
+    monkeypatch.setattr(precision_module, 'autocast_runs', lambda device, precision: True)
+    cfg = amp_config()
+    apply_precision(cfg, requested, cuda=cuda)
+    assert cfg.optim_wrapper.to_dict() == {**wrapper, 'optimizer': dict(type='AdamW', lr=1e-3)}
+
+
+@pytest.mark.parametrize('requested, test_cfg, flags, expected', [
+    ('fp16', dict(type='TestLoop'), AVX2, dict(type='AutocastTestLoop', dtype='float16')),
+    ('auto', dict(type='TestLoop'), SAPPHIRE, dict(type='TestLoop')),  # the config's fp32
+    ('auto', dict(type='TestLoop', fp16=True), SAPPHIRE,
+     dict(type='AutocastTestLoop', dtype='bfloat16')),
+    ('auto', dict(type='TestLoop', fp16=True), AVX2, dict(type='TestLoop')),
+])
+def test_apply_test_precision(monkeypatch, requested, test_cfg, flags, expected):
+    """tools/test.py --precision: mmengine's TestLoop(fp16=True) is bfloat16 on a CPU and refuses
+    float16 there; AutocastTestLoop evaluates under the chosen dtype."""
+    from afno_seg.engine.precision import apply_test_precision
+    monkeypatch.setattr(precision_module, 'cpu_flags', lambda: flags)
+    monkeypatch.setattr(precision_module, 'autocast_runs', lambda device, precision: True)
+    cfg = Config(dict(test_cfg=test_cfg))
+    apply_test_precision(cfg, requested, cuda=False)
+    assert cfg.test_cfg.to_dict() == expected
+
+
+def tiny_model_and_batch():
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS
+
+    from afno_seg.analysis.memory import random_batch
+    cfg = Config.fromfile(TINY_CONFIG)
+    cfg.model.backbone.num_layers = [1, 1, 1, 1]
+    torch.manual_seed(0)
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.train(), random_batch(64, 19, torch.Generator().manual_seed(0))
+
+
+def fp16_wrapper(model, growth_interval=2):
+    return build_optim_wrapper(model, dict(
+        type='CPUAutocastOptimWrapper', dtype='float16',
+        loss_scale=dict(init_scale=2.0 ** 10, growth_interval=growth_interval),
+        optimizer=dict(type='AdamW', lr=1e-3)))
+
+
+def test_fp16_loss_scale_skips_an_overflow_backs_off_and_grows_back():
+    """A MixerMiT segmentor's step under float16 autocast with torch's CPU GradScaler."""
+    model, batch = tiny_model_and_batch()
+    wrapper = fp16_wrapper(model, growth_interval=2)
+    dtypes = set()
+    patch_embed = next(m for m in model.backbone.modules() if isinstance(m, torch.nn.Conv2d))
+    handle = patch_embed.register_forward_hook(lambda module, args, out: dtypes.add(out.dtype))
+    model.train_step(batch, wrapper)
+    handle.remove()
+    scaler = wrapper.loss_scaler
+    assert scaler.get_scale() == 2.0 ** 10 and scaler._growth_tracker == 1
+    weight = model.decode_head.conv_seg.weight
+    overflow = weight.register_hook(lambda grad: grad * float('inf'))
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    model.train_step(batch, wrapper)  # the gradients hold inf: no optimizer step
+    overflow.remove()
+    assert all(torch.equal(v, before[k]) for k, v in model.named_parameters())
+    assert scaler.get_scale() == 2.0 ** 9 and scaler._growth_tracker == 0
+    model.train_step(batch, wrapper)
+    assert scaler.get_scale() == 2.0 ** 9  # one finite step: not yet
+    assert not torch.equal(weight, before['decode_head.conv_seg.weight'])
+    model.train_step(batch, wrapper)
+    assert scaler.get_scale() == 2.0 ** 10  # growth_interval finite steps: doubled
+    assert dtypes == {torch.float16}  # the lower precision actually ran
+
+
+def test_resume_restores_the_loss_scale_exactly(tmp_path):
+    """Through a checkpoint file read with weights_only=True (what the safe loader does)."""
+    model, batch = tiny_model_and_batch()
+    wrapper = fp16_wrapper(model, growth_interval=3)
+    for _ in range(2):
+        model.train_step(batch, wrapper)
+    torch.save(dict(optimizer=wrapper.state_dict()), tmp_path / 'iter_2.pth')
+    state = torch.load(tmp_path / 'iter_2.pth', weights_only=True)['optimizer']
+    assert state['loss_scaler']['_growth_tracker'] == 2
+    resumed = fp16_wrapper(model, growth_interval=3)
+    resumed.load_state_dict(state)
+    assert resumed.loss_scaler.get_scale() == wrapper.loss_scaler.get_scale()
+    model.train_step(batch, resumed)  # the third finite step in a row: grows, as uninterrupted
+    assert resumed.loss_scaler.get_scale() == 2 * wrapper.loss_scaler.get_scale()
+
+
+def test_bf16_wrapper_has_no_scale_to_save():
+    model = torch.nn.Linear(4, 2)
+    wrapper = build_optim_wrapper(model, dict(type='CPUAutocastOptimWrapper', dtype='bfloat16',
+                                              optimizer=dict(type='SGD', lr=0.1)))
+    with wrapper.optim_context(model):
+        out = model(torch.randn(3, 4))
+    assert out.dtype == torch.bfloat16
+    assert not wrapper.loss_scaler.is_enabled() and 'loss_scaler' not in wrapper.state_dict()
+
+
+def test_saved_bytes_count_each_storage_once_without_parameters():
+    weight = torch.nn.Parameter(torch.randn(8, 3))
+    x = torch.randn(5, 8, requires_grad=True)
+    counter = SavedTensorBytes([weight])
+    with counter.counting():
+        y = x.sigmoid()   # saves y
+        z = y * y         # saves y twice: counted once
+        (z @ weight).sum()  # saves z and the weight: the weight is a parameter
+    assert counter.bytes == 2 * 5 * 8 * 4
+    with torch.no_grad(), counter.counting():
+        x.sigmoid()
+    assert counter.bytes == 2 * 5 * 8 * 4  # nothing saved without a graph
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'fp16'])
+def test_shapes_only_count_matches_a_real_step(precision):
+    """FakeTensorMode (no arithmetic) counts what a real train_step saves, under autocast too."""
+    from mmengine.optim import build_optim_wrapper
+    model, batch = tiny_model_and_batch()
+    wrapper = build_optim_wrapper(model, dict(
+        type='OptimWrapper' if precision == 'fp32' else 'CPUAutocastOptimWrapper',
+        **({} if precision == 'fp32' else dict(dtype='float16')),
+        optimizer=dict(type='AdamW', lr=1e-3)))
+    real = step_memory(lambda: model.train_step(batch, wrapper), model, torch.device('cpu'))
+    fake = fake_saved_bytes(model, 64, 1, precision)
+    assert real['peak_bytes'] > real['saved_bytes'] > 0
+    # mmseg's accuracy (left out of the fake forward) saves the top-1 indices, 64 x 64 int64,
+    # and a few small tensors: 2.2% of this tiny model's total (measured), 0.2% at B3 1024.
+    assert fake < real['saved_bytes'] < 1.03 * fake, (real['saved_bytes'], fake)
