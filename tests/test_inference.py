@@ -411,6 +411,7 @@ def test_two_torchrun_processes_write_the_labels_of_one_and_a_dead_rank_is_finis
     summary = json.loads((tmp_path / 'dead' / 'summary.json').read_text())
     left = [e for e in summary['inputs'] if e['status'] == 'not done']
     assert {e['rank'] for e in left} >= {1} and summary['stopped_by'] == 'SIGTERM'
+    assert summary['dead_ranks'] == [1] and 'rank 1 died' in dead.stderr
     assert f'rank 1 left {sum(e["rank"] == 1 for e in left)}' in dead.stderr, dead.stderr[-3000:]
     assert 'rerun the same command to finish only those' in dead.stderr
     rerun = dist_inference(config, checkpoint, folder, tmp_path / 'dead', seams)

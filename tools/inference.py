@@ -141,7 +141,9 @@ def outcome(summary: dict, out_dir: str) -> str | None:
     left = [e['rank'] for e in summary['inputs'] if e['status'] == 'not done']
     if left:
         ranks = ', '.join(f'rank {rank} left {left.count(rank)}' for rank in sorted(set(left)))
-        cause = f'stopped by {summary["stopped_by"]}' if summary['stopped_by'] else 'a rank died'
+        dead = ', '.join(f'rank {rank}' for rank in summary['dead_ranks'])
+        cause = ', '.join(([f'{dead} died'] if dead else []) + (
+            [f'stopped by {summary["stopped_by"]}'] if summary['stopped_by'] else []))
         problems.append(f'{len(left)} inputs not done ({cause}: {ranks}); rerun the same '
                         'command to finish only those')
     return '; '.join(problems) + f' (all listed in {out_dir}/summary.json)' if problems else None

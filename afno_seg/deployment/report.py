@@ -154,7 +154,7 @@ figure{{margin:1em 0}} img{{max-width:100%}}</style></head><body>
 <p>{num_images} images: mIoU {np.nanmean(iou) * 100:.2f}, mAcc {np.nanmean(acc) * 100:.2f},
 aAcc {overall:.2f}</p>
 <h2>Per class</h2><div class="row">{_img('classes.png', 'per-class IoU and accuracy')}
-<table><tr><th>Class</th><th>IoU</th><th>Acc</th></tr>{table}</table></div>
+<table><tr><th>Class</th><th>IoU %</th><th>Acc %</th></tr>{table}</table></div>
 <h2>Normalised confusion matrix</h2>{_img('confusion.png', 'confusion matrix')}
 <h2>The {len(figures)} worst images by mIoU</h2>
 <p>image | ground truth | prediction | errors (red: wrong, black: ignored)</p>

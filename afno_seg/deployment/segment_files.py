@@ -29,6 +29,7 @@ import json
 import os
 import os.path as osp
 import signal
+import socket
 import sys
 import threading
 import time
@@ -96,6 +97,13 @@ def _as_is(sample):
     return sample
 
 
+def _leave_stop_signals_to_the_parent(_) -> None:
+    """In a DataLoader worker: torchrun and a terminal signal the whole process group, and a worker
+    that died of it would fail the parent's loader before the parent could stop in order."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, signal.SIG_IGN)
+
+
 def completed_inputs(out_dir: str) -> dict[str, dict]:
     """``{absolute input path: entry}`` of every journal under ``out_dir``, the latest line of
     each input winning; a line cut by a kill is ignored; ``ok`` entries whose outputs are gone are
@@ -110,7 +118,8 @@ def completed_inputs(out_dir: str) -> dict[str, dict]:
                     entry = json.loads(line)
                 except ValueError:
                     continue
-                entries[osp.abspath(entry['input'])] = entry
+                if 'input' in entry:  # the first line names the process instead
+                    entries[osp.abspath(entry['input'])] = entry
     return {path: entry for path, entry in entries.items() if entry['status'] != 'ok' or all(
         osp.isfile(entry[key]) for key in ('label', 'overlay', 'video') if key in entry)}
 
@@ -148,6 +157,7 @@ class _Run:
         self.journal = open(osp.join(out_dir, PROGRESS_DIR,
                                      f'{shard.run_id}-rank{shard.rank}.jsonl'), 'a')
         self.lock, self.pending = threading.Lock(), deque()
+        self.record(dict(rank=shard.rank, host=socket.gethostname(), pid=os.getpid()))
         self.pool = ThreadPoolExecutor(1, thread_name_prefix='afno_seg_writer')
         self.bar = ProgressBar(steps) if progress and steps else None
         self.failed = 0
@@ -208,7 +218,8 @@ class _Run:
     def images(self, items: Sequence[InputFile], batch_size: int, workers: int,
                stopped: list) -> None:
         loader = DataLoader(_Decoded(items, self.segmenter.prepare), batch_size=None,
-                            num_workers=workers if items else 0, collate_fn=_as_is)
+                            num_workers=workers if items else 0, collate_fn=_as_is,
+                            worker_init_fn=_leave_stop_signals_to_the_parent)
         buckets: dict[tuple, list] = {}
         for item, image, prepared, reason in loader:
             if stopped:
@@ -264,6 +275,22 @@ def _with_end(frames):
     yield None
 
 
+def _died(journal: str) -> bool:
+    """Whether the process that opened ``journal`` (on this host) is gone or a zombie."""
+    try:
+        with open(journal) as file:
+            first = json.loads(file.readline())
+    except (OSError, ValueError):  # not started yet, or writing its first line
+        return False
+    if first['host'] != socket.gethostname():
+        return False
+    try:
+        with open(f'/proc/{first["pid"]}/stat') as file:
+            return file.read().rsplit(')', 1)[1].split()[0] in ('Z', 'X')
+    except OSError:  # no /proc entry: the process is gone
+        return True
+
+
 def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str,
                   label_format: str = 'trainids', opacity: float = 0.5, batch_size: int = 1,
                   meta: dict | None = None, progress: bool = True, workers: int = 0,
@@ -314,11 +341,14 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
                 raise UserError(f'rank {shard.rank} stopped by {stopped[0]}; rerun the same '
                                 'command to finish what it left')
             return None
-        waiting = [rank for rank in range(1, shard.world_size)]
-        while waiting and not stopped:  # polled, so that a stop signal is seen at once
-            waiting = [rank for rank in waiting if not osp.exists(osp.join(
-                out_dir, PROGRESS_DIR, f'{shard.run_id}-rank{rank}.done'))]
-            time.sleep(0.1 if waiting else 0)
+        progress = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
+        while True:  # polled, so that a stop signal or a dead rank is seen at once
+            waiting = [rank for rank in range(1, shard.world_size)
+                       if not osp.exists(f'{progress}-rank{rank}.done')]
+            dead = [rank for rank in waiting if _died(f'{progress}-rank{rank}.jsonl')]
+            if not waiting or dead or stopped:
+                break
+            time.sleep(0.1)
     done = completed_inputs(out_dir)
     entries = []
     for index, item in enumerate(files):
@@ -333,6 +363,7 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
                    num_done=count['ok'], num_failed=count['failed'],
                    num_not_done=count['not done'], num_resumed=sum('resumed' in e for e in entries),
                    stopped_by=stopped[0] if stopped else None, world_size=shard.world_size,
+                   dead_ranks=dead,
                    inputs=entries)
     write_summary(osp.join(out_dir, 'summary.json'), summary)
     return summary
