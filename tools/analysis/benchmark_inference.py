@@ -2,17 +2,18 @@
 pipeline, same checkpoint, same folder, side by side in one process.
 
     python tools/analysis/benchmark_inference.py [--config configs/demo/segformer_afno_demo.py]
-        [--frames 32] [--rounds 2] [--batch-size 4] [--workers 2] [--work-dir DIR]
+        [--frames 32] [--rounds 2] [--warmup 1] [--batch-size 4] [--workers 2] [--work-dir DIR]
 
 The folder: the shared Cityscapes frame (../shared/data/cityscapes_sample) upsampled to 2048x1024,
 ``--frames`` copies, each shifted by a few pixels so that no two files are equal. The checkpoint:
 the config's model at random initialisation, saved once (throughput does not depend on the
 weights). Every runner writes a label PNG and a colour overlay per image: MMSegInferencer with
-``out_dir`` (``pred/``, ``vis/``), tools/inference.py's :func:`afno_seg.deployment.segment_files`
-as the tool calls it (``--workers``, ``--batch-size``) and as it ran before DataLoader workers,
-batching and the writer thread (one image at a time, nothing overlapped). Each runner's first pass
-is a warm-up; then the rounds alternate the runners and the medians are compared. The result and
-the command line go to DIR/benchmark_inference.json.
+``out_dir`` (``pred/``, ``vis/``; ``with_labels=False``: no class names drawn, as ours),
+tools/inference.py's :func:`afno_seg.deployment.segment_files` as the tool calls it
+(``--workers``, ``--batch-size``) and as it ran before DataLoader workers, batching and the writer
+thread (one image at a time, nothing overlapped). ``--warmup`` passes of each runner are not
+timed; then the rounds alternate the runners and the medians are compared. The result and the
+command line go to DIR/benchmark_inference.json.
 """
 import argparse
 import json
@@ -43,6 +44,7 @@ def parse_args(argv=None):
     parser.add_argument('--config', default=osp.join(ROOT, 'configs/demo/segformer_afno_demo.py'))
     parser.add_argument('--frames', type=int, default=32)
     parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--batch-size', type=int, default=4)
     parser.add_argument('--workers', type=int, default=2)
     parser.add_argument('--work-dir', default='work_dirs/benchmark_inference')
@@ -87,22 +89,23 @@ def main(argv=None) -> None:
 
     runners = {
         'MMSegInferencer': lambda: inferencer(paths, batch_size=args.batch_size, out_dir=out,
-                                              show=False),
+                                              show=False, with_labels=False),
         'tools/inference.py': tool(args.workers, args.batch_size),
         'tools/inference.py, nothing overlapped': tool(0, 1),
     }
     seconds = {name: [] for name in runners}
-    for round_ in range(args.rounds + 1):  # round 0: warm-up
+    for round_ in range(1 - args.warmup, args.rounds + 1):  # rounds < 1: warm-up
         for name, run in runners.items():
             shutil.rmtree(out, ignore_errors=True)  # a rerun would skip every finished image
             start = time.perf_counter()
             run()
-            if round_:
+            if round_ > 0:
                 seconds[name].append(time.perf_counter() - start)
             print(f'round {round_} {name}: {time.perf_counter() - start:.1f} s', flush=True)
     rates = {name: args.frames / statistics.median(values) for name, values in seconds.items()}
     base = rates['MMSegInferencer']
     result = dict(command=' '.join([sys.executable, *sys.argv]), config=args.config,
+                  warmup=args.warmup, cpus=os.cpu_count(), load_average=os.getloadavg(),
                   frames=args.frames, size='2048x1024', batch_size=args.batch_size,
                   workers=args.workers, torch_threads=torch.get_num_threads(),
                   seconds=seconds, images_per_second={k: round(v, 3) for k, v in rates.items()},
