@@ -82,6 +82,7 @@ def console_messages(log: str) -> list[str]:
     return re.findall(r':CONSOLE[^\]]*\] (.*)', log)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BROWSER is None, reason='no Chromium here: install it (Debian: apt-get install '
                     'chromium; .ci/run does, as root) to run the report in a browser')
 def test_report_renders_in_headless_chromium(report, tmp_path):
