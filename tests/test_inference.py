@@ -7,6 +7,11 @@ included) and two for the one-line errors (before and after the model is built);
 options call its ``main`` here: the process adds nothing to them.
 """
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import cv2
@@ -19,9 +24,7 @@ from test_mmseg_apis import checkpoint_of
 from afno_seg.deployment import collect_inputs, export_onnx, set_inference_mode
 from afno_seg.engine.errors import UserError
 
-from conftest import TINY_CONFIG, check, load_script, run_tool
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, TINY_CONFIG, check, load_script, run_tool, seam_env, wait_for
 
 
 @pytest.fixture(scope='module')
@@ -198,6 +201,10 @@ def bad_input_case(case, checkpoint, images, tmp_path) -> tuple[list[str], list[
     if case == 'missing input':
         arguments[2] = str(tmp_path / 'x.png')
         return arguments, ['input not found']
+    if case == 'unwritable output folder':  # refused before the checkpoint is even read
+        (tmp_path / 'a_file').write_text('')
+        arguments[1], arguments[4] = str(tmp_path / 'nope.pth'), str(tmp_path / 'a_file' / 'out')
+        return arguments, ['a_file/out is not writable', 'choose another folder']
     assert case == 'cuda without a GPU'
     return arguments + ['--device', 'cuda'], ['no CUDA device']
 
@@ -212,7 +219,7 @@ def test_bad_inputs_are_one_clear_line(case, checkpoint, images, tmp_path):
 
 
 @pytest.mark.parametrize('case', ['empty folder', 'missing checkpoint', 'missing input',
-                                  'cuda without a GPU'])
+                                  'cuda without a GPU', 'unwritable output folder'])
 def test_bad_inputs_are_named(case, inference_tool, checkpoint, images, tmp_path):
     """The other bad inputs raise the UserError that the tool prints as its one line."""
     if case == 'cuda without a GPU' and torch.cuda.is_available():
@@ -236,3 +243,182 @@ def test_slide_mode_defaults_from_the_training_crop():
     cfg = Config.fromfile(TINY_CONFIG)
     set_inference_mode(cfg, 'slide')
     assert cfg.model.test_cfg == dict(mode='slide', crop_size=(64, 64), stride=(48, 48))
+
+
+# ------------------------------------------------------------------------ dataset scale
+
+def test_batch_size_and_workers_never_change_the_labels(inference_tool, checkpoint, images,
+                                                         segmented, tmp_path):
+    """Batch 3 with 2 DataLoader workers (the process run: odd.jpg is another size, so batches
+    are formed by size) against batch 1 in this process, without workers: the same bytes."""
+    inference_tool.main([TINY_CONFIG, checkpoint, str(images), '--out-dir', str(tmp_path),
+                         '--batch-size', '1', '--workers', '0', '--no-progress'])
+    out, _, _ = segmented
+    ours = sorted((tmp_path / 'labels').rglob('*.png'))
+    assert len(ours) == 4
+    classes = set()
+    for path in ours:
+        batched = out / 'labels' / path.relative_to(tmp_path / 'labels')
+        assert batched.read_bytes() == path.read_bytes(), path
+        classes.update(np.unique(cv2.imread(str(path), cv2.IMREAD_UNCHANGED)).tolist())
+    assert len(classes) > 1  # labels that could differ
+
+
+def test_strict_stops_at_the_first_bad_input(inference_tool, checkpoint, images, tmp_path):
+    data = (images / 'city' / 'frame0.png').read_bytes()
+    (tmp_path / 'in').mkdir()
+    (tmp_path / 'in' / 'a_cut.png').write_bytes(data[:100])
+    (tmp_path / 'in' / 'b.png').write_bytes(data)
+    with pytest.raises(UserError, match='a_cut.png: image cannot be decoded.*without --strict'):
+        inference_tool.main([TINY_CONFIG, checkpoint, str(tmp_path / 'in'), '--out-dir',
+                             str(tmp_path / 'out'), '--strict', '--workers', '0',
+                             '--no-progress'])
+    assert not (tmp_path / 'out' / 'labels' / 'b.png').exists()
+
+
+SEAM = '''
+"""Test seam imported through custom_imports: slow PNG writes, or a rank that kills itself."""
+import os, signal, time
+from afno_seg.engine import atomic_io
+
+DELAY = float(os.environ.get('AFNO_TEST_WRITE_DELAY', '0'))
+KILL = os.environ.get('AFNO_TEST_KILL', '')  # RANK@N: that rank SIGKILLs itself at its N-th image
+written = 0
+
+
+def _write_all(file, data, path):
+    global written
+    if path.endswith('.png'):
+        written += 1
+        rank, _, count = KILL.partition('@')
+        if KILL and rank == os.environ.get('RANK', '0') and written > 2 * int(count):
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(DELAY)
+    file.write(data)
+
+
+atomic_io._write_all = _write_all
+'''
+
+
+@pytest.fixture(scope='module')
+def forty(tiny_demo_data, tmp_path_factory):
+    """40 images (the 4 val frames shifted) with 2 corrupt, their train-id labels, and a config
+    importing the test seam: (folder, labels, config, seam folder)."""
+    root = tmp_path_factory.mktemp('forty')
+    (root / 'in').mkdir()
+    (root / 'gt').mkdir()
+    frames = sorted(tiny_demo_data.glob('leftImg8bit/val/*/*.png'))
+    for index in range(40):
+        source = frames[index % 4]
+        image = np.roll(cv2.imread(str(source)), 3 * index, axis=1)
+        gt = cv2.imread(str(source).replace('leftImg8bit', 'gtFine').replace(
+            'gtFine.png', 'gtFine_labelTrainIds.png'), cv2.IMREAD_UNCHANGED)
+        cv2.imwrite(str(root / 'in' / f'img{index:02d}.png'), image)
+        cv2.imwrite(str(root / 'gt' / f'img{index:02d}.png'), np.roll(gt, 3 * index, axis=1))
+    for index in (7, 23):  # truncated in the middle of the data
+        path = root / 'in' / f'img{index:02d}.png'
+        path.write_bytes(path.read_bytes()[:200])
+    (root / 'inference_seam.py').write_text(SEAM)
+    config = root / 'seamed.py'
+    config.write_text(textwrap.dedent(f'''
+        _base_ = [{TINY_CONFIG!r}]
+        custom_imports = dict(imports=['afno_seg', 'inference_seam'], allow_failed_imports=False)
+        '''))
+    return root / 'in', root / 'gt', str(config), root
+
+
+def journal_lines(out: Path) -> list[dict]:
+    lines = [json.loads(line) for path in (out / '.progress').glob('*.jsonl')
+             for line in path.read_text().splitlines() if line.endswith('}')]
+    return [line for line in lines if 'input' in line]  # not the header naming the process
+
+
+@pytest.mark.slow
+def test_bad_files_and_a_kill_lose_nothing_and_redo_nothing(forty, checkpoint, tmp_path):
+    """40 images, 2 corrupt, PNG writes slowed: SIGKILL after a few images; the same command
+    again finishes only the rest: 38 outputs, the 2 bad files named, exit status 1, a summary of
+    all 40, the earlier outputs untouched; with --labels, the evaluation report."""
+    folder, gt, config, seams = forty
+    out = tmp_path / 'out'
+    command = [sys.executable, 'tools/inference.py', config, checkpoint, str(folder), '--out-dir',
+               str(out), '--workers', '2', '--batch-size', '2', '--no-progress']
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL,
+                               env=seam_env(seams, AFNO_TEST_WRITE_DELAY='0.1'))
+    try:
+        assert wait_for(lambda: len(list((out / 'labels').glob('*.png'))) >= 6, process)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    finished = {entry['input']: os.stat(entry['label']).st_mtime_ns
+                for entry in journal_lines(out) if entry['status'] == 'ok'}
+    assert 3 <= len(finished) < 38
+    result = subprocess.run(command + ['--labels', str(gt), '--worst', '3'], cwd=ROOT,
+                            env=seam_env(seams), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith('error: 2 of 40 inputs failed (first: ') and 'img07.png' in lines[
+        -1] and 'summary.json' in lines[-1]
+    skipped = [line for line in lines if line.startswith('skipped ')]
+    assert len(skipped) == 2 and 'img07.png: image cannot be decoded' in skipped[0]
+    assert 'img23.png' in skipped[1] and 'Traceback' not in result.stderr
+    assert len(list((out / 'labels').glob('*.png'))) == len(list(
+        (out / 'overlays').glob('*.png'))) == 38
+    summary = json.loads((out / 'summary.json').read_text())
+    assert (summary['num_inputs'], summary['num_done'], summary['num_failed']) == (40, 38, 2)
+    assert summary['num_resumed'] == len(finished)
+    assert [Path(e['input']).name for e in summary['inputs']] == [
+        f'img{i:02d}.png' for i in range(40)]
+    for entry in summary['inputs']:
+        if entry['input'] in finished:  # not written again
+            assert entry.get('resumed') and os.stat(entry['label']).st_mtime_ns == finished[
+                entry['input']]
+    assert not [p for p in out.rglob('*.tmp')]  # atomic writes: the kill left none visible
+    page = (out / 'report' / 'report.html').read_text()
+    assert 'confusion.png' in page and page.count('<figure>') == 3
+    assert (out / 'report' / 'worst' / '03.png').is_file()
+
+
+def dist_inference(config, checkpoint, folder, out, seams, **variables):
+    from test_dead_rank import free_port
+    env = seam_env(seams, PYTHON=sys.executable, PORT=str(free_port()), SHUTDOWN_TIMEOUT='30',
+                   **variables)
+    return subprocess.run(['bash', 'tools/dist_inference.sh', config, checkpoint, '2',
+                           str(folder), '--out-dir', str(out), '--no-progress', '--workers', '1'],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.slow
+def test_two_torchrun_processes_write_the_labels_of_one_and_a_dead_rank_is_finished_later(
+        forty, inference_tool, checkpoint, tmp_path):
+    folder, _, config, seams = forty
+    with pytest.raises(UserError, match='2 of 40 inputs failed'):
+        inference_tool.main([TINY_CONFIG, checkpoint, str(folder), '--out-dir',
+                             str(tmp_path / 'one'), '--workers', '0', '--no-progress'])
+    two = dist_inference(config, checkpoint, folder, tmp_path / 'two', seams)
+    assert two.returncode != 0 and 'error: 2 of 40 inputs failed' in two.stderr, two.stderr[-3000:]
+    ones = sorted((tmp_path / 'one' / 'labels').glob('*.png'))
+    assert len(ones) == 38
+    for path in ones:
+        assert (tmp_path / 'two' / 'labels' / path.name).read_bytes() == path.read_bytes()
+    summary = json.loads((tmp_path / 'two' / 'summary.json').read_text())
+    assert summary['world_size'] == 2 and summary['num_done'] == 38
+    # Rank 1 SIGKILLs itself at its 4th image: torchrun stops rank 0, which names what is left.
+    dead = dist_inference(config, checkpoint, folder, tmp_path / 'dead', seams,
+                          AFNO_TEST_KILL='1@4')
+    assert dead.returncode != 0
+    summary = json.loads((tmp_path / 'dead' / 'summary.json').read_text())
+    left = [e for e in summary['inputs'] if e['status'] == 'not done']
+    assert {e['rank'] for e in left} >= {1} and summary['stopped_by'] == 'SIGTERM'
+    assert summary['dead_ranks'] == [1] and 'rank 1 died' in dead.stderr
+    assert f'rank 1 left {sum(e["rank"] == 1 for e in left)}' in dead.stderr, dead.stderr[-3000:]
+    assert 'rerun the same command to finish only those' in dead.stderr
+    rerun = dist_inference(config, checkpoint, folder, tmp_path / 'dead', seams)
+    summary = json.loads((tmp_path / 'dead' / 'summary.json').read_text())
+    assert 'error: 2 of 40 inputs failed' in rerun.stderr
+    assert summary['num_done'] == 38 and summary['num_resumed'] == 38 - len(left) + sum(
+        Path(e['input']).name in ('img07.png', 'img23.png') for e in left)
+    for path in ones:
+        assert (tmp_path / 'dead' / 'labels' / path.name).read_bytes() == path.read_bytes()

@@ -1,13 +1,15 @@
 """Evaluate a checkpoint on a config's test set, with mmseg's tools/test.py flags.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR] [--show] [--show-dir DIR]
-                         [--tta] [--format-only DIR] [--mixer SPEC] [--precision P]
+                         [--tta] [--format-only DIR] [--report DIR] [--mixer SPEC] [--precision P]
                          [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
 
 Prints per-class IoU/Acc and mIoU (IoUMetric). ``--show-dir`` saves prediction overlays,
 ``--out`` keeps the raw prediction PNGs, ``--format-only DIR`` writes the Cityscapes test-server
 format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing metrics.
+``--report DIR`` also writes DIR/report.html: per-class IoU/Acc bars and table, the normalised
+confusion matrix, the worst images by mIoU (image, ground truth, prediction, errors).
 ``--mixer SPEC`` as in tools/train.py (a config a ``--mixer`` training wrote into its work_dir
 needs no switch). ``--precision fp16|bf16`` evaluates under that autocast (on a CPU too),
 ``auto`` as the config's ``test_cfg.fp16`` says (bf16 or fp32 on a CPU, as tools/train.py).
@@ -20,6 +22,7 @@ from mmengine.config import DictAction
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.decode_heads import use_low_res_fusion
+from afno_seg.deployment import report  # noqa: F401  (registers SegReportMetric)
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import PRECISIONS, UserError, build_runner, load_config, run_tool
 from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
@@ -43,6 +46,8 @@ def parse_args(argv=None):
     parser.add_argument('--wait-time', type=float, default=2, help='the interval of show (s)')
     parser.add_argument('--format-only', metavar='DIR',
                         help='write Cityscapes test-server PNGs (labelIds) to DIR, no metrics')
+    parser.add_argument('--report', metavar='DIR',
+                        help='write an HTML evaluation report (confusion matrix, worst images)')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override some settings in the used config, the key-value pair in xxx=yyy format '
@@ -104,6 +109,13 @@ def main(argv=None) -> None:
         cfg.test_evaluator = dict(type='CityscapesMetric', format_only=True,
                                   output_dir=args.format_only, keep_results=True)
     apply_test_precision(cfg, args.precision)
+    if args.report is not None:
+        if args.format_only is not None:
+            raise UserError('--report needs ground truth: it cannot go with --format-only')
+        evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [
+            cfg.test_evaluator]
+        cfg.test_evaluator = [*evaluators, dict(type='SegReportMetric', out_dir=args.report,
+                                                title=f'{args.config} {args.checkpoint}')]
     runner = build_runner(cfg, ['test_dataloader'])
     # a checkpoint that does not fit the model is refused, not evaluated with random weights
     runner.register_hook(CheckpointFitHook(strict=True,

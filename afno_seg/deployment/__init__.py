@@ -1,5 +1,7 @@
-"""From a trained checkpoint to predictions: inference on files and videos, ONNX export and
-onnxruntime, in PyTorch or onnxruntime with the config's own pre- and post-processing."""
+"""From a trained checkpoint to predictions: inference on files and videos (resumable, sharded),
+ONNX export and onnxruntime, in PyTorch or onnxruntime with the config's own pre- and
+post-processing; an HTML evaluation report (:mod:`.report`, imported on use: it registers
+``SegReportMetric``)."""
 from .inputs import InputFile, collect_inputs, read_image, read_video_frames
 from .model import load_segmentor, set_inference_mode
 from .onnx_export import (
@@ -11,13 +13,13 @@ from .onnx_export import (
     static_shape_mixers,
 )
 from .predictor import Prediction, Segmenter, array_pipeline, openvino_session, use_onnxruntime
-from .segment_files import segment_files
+from .segment_files import Shard, segment_files
 from .startup import quiet_known_warnings
 
 __all__ = [
     'InputFile', 'Prediction', 'Segmenter', 'SegmentorLogits', 'array_pipeline',
     'collect_inputs', 'export_network', 'export_onnx', 'load_segmentor',
     'onnx_max_abs_difference', 'onnx_session', 'openvino_session', 'quiet_known_warnings',
-    'read_image', 'read_video_frames', 'segment_files', 'set_inference_mode',
+    'read_image', 'read_video_frames', 'Shard', 'segment_files', 'set_inference_mode',
     'static_shape_mixers', 'use_onnxruntime'
 ]

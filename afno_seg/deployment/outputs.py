@@ -4,6 +4,10 @@
   Cityscapes ``labelIds`` the test server expects (through cityscapesscripts' ``trainId2label``,
   as mmseg's ``CityscapesMetric(format_only=True)`` converts).
 * Overlay: ``(1 - opacity) * image + opacity * colour of the class`` with the dataset palette.
+
+Every file appears complete or not at all (a kill leaves at most a hidden temporary file): PNGs
+and the summary through :func:`~afno_seg.engine.atomic_io.atomic_write`, a video under a hidden
+name renamed when its last frame is written.
 """
 import json
 import os
@@ -12,6 +16,7 @@ import os.path as osp
 import cv2
 import numpy as np
 
+from ..engine.atomic_io import atomic_write
 from ..engine.errors import UserError
 
 __all__ = ['LABEL_FORMATS', 'VideoOverlayWriter', 'classes_present', 'overlay', 'to_label_ids',
@@ -44,10 +49,11 @@ def classes_present(label: np.ndarray, classes: list[str]) -> list[str]:
 
 
 def write_png(path: str, image: np.ndarray) -> str:
-    """Write an image (folders created), naming the file if it cannot be written."""
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    if not cv2.imwrite(path, image):
-        raise UserError(f'{path}: cannot be written (no space, or no write permission?)')
+    """Write an image atomically (folders created); a failure names the file."""
+    ok, data = cv2.imencode('.png', image)
+    if not ok:
+        raise UserError(f'{path}: OpenCV cannot encode a {image.dtype} {image.shape} image as PNG')
+    atomic_write(data.tobytes(), path)
     return path
 
 
@@ -61,28 +67,33 @@ class VideoOverlayWriter:
 
     def __init__(self, path: str, fps: float) -> None:
         self.path, self.fps, self.writer, self.frames = path, fps, None, 0
+        folder, name = osp.split(osp.abspath(path))  # the suffix stays: it picks the container
+        self.partial = osp.join(folder, f'.{osp.splitext(name)[0]}.{os.getpid()}.partial'
+                                f'{osp.splitext(name)[1]}')
 
     def write(self, frame: np.ndarray) -> None:
         if self.writer is None:
             os.makedirs(osp.dirname(osp.abspath(self.path)), exist_ok=True)
             codec = 'MJPG' if self.path.lower().endswith('.avi') else 'mp4v'
             height, width = frame.shape[:2]
-            self.writer = cv2.VideoWriter(self.path, cv2.VideoWriter_fourcc(*codec), self.fps,
+            self.writer = cv2.VideoWriter(self.partial, cv2.VideoWriter_fourcc(*codec), self.fps,
                                           (width, height))
             if not self.writer.isOpened():
                 raise UserError(f'{self.path}: OpenCV cannot write this video ({codec})')
         self.writer.write(frame)
         self.frames += 1
 
-    def close(self) -> None:
+    def close(self, complete: bool = True) -> None:
+        """Finish the file; ``complete``: give it its name (else remove the partial file)."""
         if self.writer is not None:
             self.writer.release()
+            if complete:
+                os.replace(self.partial, self.path)
+            elif osp.exists(self.partial):
+                os.remove(self.partial)
 
 
 def write_summary(path: str, summary: dict) -> str:
-    """Write the JSON summary (indented, keys in the order given)."""
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    with open(path, 'w') as f:
-        json.dump(summary, f, indent=2)
-        f.write('\n')
+    """Write the JSON summary atomically (indented, keys in the order given)."""
+    atomic_write(json.dumps(summary, indent=2) + '\n', path)
     return path

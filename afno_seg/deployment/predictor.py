@@ -67,8 +67,16 @@ class Segmenter:
 
     def __call__(self, images: Sequence[np.ndarray]) -> list[Prediction]:
         """Segment ``images`` as batches of the ones whose pipeline output has one size."""
-        prepared = [self.pipeline(dict(img=image)) for image in images]
-        results: list[Prediction | None] = [None] * len(images)
+        return self.predict([self.prepare(image) for image in images])
+
+    def prepare(self, image: np.ndarray) -> dict:
+        """The test pipeline's output for one image (``inputs`` tensor, ``data_samples``); cheap
+        to run in a DataLoader worker."""
+        return self.pipeline(dict(img=image))
+
+    def predict(self, prepared: Sequence[dict]) -> list[Prediction]:
+        """Labels of :meth:`prepare` outputs; equal-sized ones go through in one forward pass."""
+        results: list[Prediction | None] = [None] * len(prepared)
         groups: dict[tuple, list[int]] = {}
         for index, item in enumerate(prepared):
             groups.setdefault(tuple(item['inputs'].shape), []).append(index)

@@ -3,16 +3,48 @@
 For an image ``NAME.png`` (``NAME``: its path below the folder or pattern it was found through):
 ``OUT/labels/NAME.png`` (train ids, or Cityscapes labelIds), ``OUT/overlays/NAME.png``; for a
 video ``NAME.mp4``: ``OUT/videos/NAME.mp4`` with every frame overlaid. ``OUT/summary.json`` lists
-per input its size, inference time and the classes present.
+every input: its outputs, size, inference time and classes present, or why it failed, or that it
+is not done yet.
+
+At dataset scale:
+
+* **Nothing lost, nothing redone.** Outputs appear complete or not at all (:mod:`.outputs`); then
+  one line naming the input is appended to this process's journal ``OUT/.progress/RUN-rankR.jsonl``.
+  An input is done when a journal line (of any earlier run) says so and its outputs exist; a rerun
+  skips it, so a kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the
+  images already predicted are written, the rest is left for the rerun.
+* **One bad file is one failure.** An input that cannot be decoded, or that the model refuses
+  (a :class:`UserError`, e.g. a static ONNX shape), is journaled with its reason and named on
+  stderr, and the run goes on (``strict``: it stops there). Failures are retried by a rerun.
+* **The model never waits.** Decoding and the test pipeline run in DataLoader workers; images whose
+  prepared tensors have one size are batched (``batch_size``; the labels are those of batch 1);
+  PNG encoding and writing run in a thread while the next batch is in the model.
+* **Shards.** Rank ``r`` of ``w`` takes inputs ``r, r + w, ...`` of the (sorted, deterministic)
+  input list. Ranks coordinate through the output folder (shared by all of them): each writes
+  ``RUN-rankR.done`` when its share is through; rank 0 waits for them (or a stop signal) and merges
+  every journal into ``summary.json``, where an input a rank left undone is ``not done`` with that
+  rank.
 """
-import itertools
+import json
+import os
 import os.path as osp
+import signal
+import socket
+import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 from mmengine.utils import ProgressBar
+from torch.utils.data import DataLoader, Dataset
 
+from ..engine.atomic_io import atomic_write
+from ..engine.errors import UserError
 from .inputs import InputFile, read_image, read_video_frames, video_frame_count
 from .outputs import (
     VideoOverlayWriter,
@@ -24,28 +56,250 @@ from .outputs import (
 )
 from .predictor import Segmenter
 
-__all__ = ['segment_files']
+__all__ = ['PROGRESS_DIR', 'Shard', 'segment_files']
+
+PROGRESS_DIR = '.progress'
 
 
-def _batches(items: Sequence, size: int) -> Iterator[Sequence]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
+@dataclass
+class Shard:
+    """This process's part of a run: rank, number of ranks, and the run's id (same in every
+    rank, new for every run: it names the journals and end markers)."""
+    rank: int = 0
+    world_size: int = 1
+    run_id: str = field(default_factory=lambda: os.urandom(6).hex())
 
 
-def _image_entry(item: InputFile, image: np.ndarray, label: np.ndarray, seconds: float,
-                 outputs: dict, classes: list[str]) -> dict:
-    return dict(input=item.path, height=int(image.shape[0]), width=int(image.shape[1]),
-                seconds=round(seconds, 4), classes=classes_present(label, classes), **outputs)
+def _reason(error: BaseException, path: str) -> str:
+    text = str(error) if isinstance(error, UserError) else f'{type(error).__name__}: {error}'
+    return text[len(path) + 2:] if text.startswith(path + ': ') else text
+
+
+class _Decoded(Dataset):
+    """``(item, BGR image, pipeline output, failure reason)`` per image, made in a worker."""
+
+    def __init__(self, items: Sequence[InputFile], prepare) -> None:
+        self.items, self.prepare = items, prepare
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int):
+        item = self.items[index]
+        try:
+            image = read_image(item.path)
+            return item, image, self.prepare(image), None
+        except Exception as error:  # any bad file is a failure of its own, named
+            return item, None, None, _reason(error, item.path)
+
+
+def _as_is(sample):
+    return sample
+
+
+def _leave_stop_signals_to_the_parent(_) -> None:
+    """In a DataLoader worker: torchrun and a terminal signal the whole process group, and a worker
+    that died of it would fail the parent's loader before the parent could stop in order."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, signal.SIG_IGN)
+
+
+def completed_inputs(out_dir: str) -> dict[str, dict]:
+    """``{absolute input path: entry}`` of every journal under ``out_dir``, the latest line of
+    each input winning; a line cut by a kill is ignored; ``ok`` entries whose outputs are gone are
+    dropped."""
+    folder, entries = osp.join(out_dir, PROGRESS_DIR), {}
+    names = sorted(os.listdir(folder), key=lambda n: osp.getmtime(osp.join(folder, n))) \
+        if osp.isdir(folder) else []
+    for name in (n for n in names if n.endswith('.jsonl')):
+        with open(osp.join(folder, name)) as file:
+            for line in file:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if 'input' in entry:  # the first line names the process instead
+                    entries[osp.abspath(entry['input'])] = entry
+    return {path: entry for path, entry in entries.items() if entry['status'] != 'ok' or all(
+        osp.isfile(entry[key]) for key in ('label', 'overlay', 'video') if key in entry)}
+
+
+@contextmanager
+def _stop_requests():
+    """A list that the first SIGTERM/SIGINT appends its name to; the next one acts as it would
+    have (only the main thread can handle signals; elsewhere nothing is installed)."""
+    stopped: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped
+        return
+
+    def note(number, _) -> None:
+        stopped.append(signal.Signals(number).name)
+        signal.signal(number, previous[number])
+
+    previous = {number: signal.signal(number, note) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stopped
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+class _Run:
+    """One process's share: the journal, the writer thread, failures, the progress bar."""
+
+    def __init__(self, segmenter, out_dir, shard, label_format, opacity, strict, steps, progress):
+        meta = segmenter.model.dataset_meta
+        self.classes, self.palette = list(meta['classes']), np.asarray(meta['palette'])
+        self.segmenter, self.out_dir, self.shard, self.strict = segmenter, out_dir, shard, strict
+        self.label_format, self.opacity = label_format, opacity
+        os.makedirs(osp.join(out_dir, PROGRESS_DIR), exist_ok=True)
+        self.journal = open(osp.join(out_dir, PROGRESS_DIR,
+                                     f'{shard.run_id}-rank{shard.rank}.jsonl'), 'a')
+        self.lock, self.pending = threading.Lock(), deque()
+        self.record(dict(rank=shard.rank, host=socket.gethostname(), pid=os.getpid()))
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix='afno_seg_writer')
+        self.bar = ProgressBar(steps) if progress and steps else None
+        self.failed = 0
+
+    def record(self, entry: dict) -> None:
+        with self.lock:
+            self.journal.write(json.dumps(entry) + '\n')
+            self.journal.flush()
+
+    def fail(self, item: InputFile, reason: str) -> None:
+        self.record(dict(input=item.path, status='failed', error=reason))
+        self.failed += 1
+        message = f'{item.path}: {reason}'
+        if self.strict:
+            raise UserError(message + ' (without --strict, bad inputs are skipped and listed)')
+        print(f'skipped {message}', flush=True, file=sys.stderr)
+
+    def submit(self, function, *args) -> None:
+        """Run ``function`` in the writer thread, at most a few batches behind; its errors
+        surface here."""
+        self.pending.append(self.pool.submit(function, *args))
+        while len(self.pending) > 4 or (self.pending and self.pending[0].done()):
+            self.pending.popleft().result()
+
+    def close(self) -> None:
+        try:
+            while self.pending:
+                self.pending.popleft().result()
+        finally:
+            self.pool.shutdown()
+            self.journal.close()
+            if self.bar:
+                print()  # end the progress bar's line
+
+    def predict(self, batch: list) -> None:
+        try:
+            predictions = self.segmenter.predict([prepared for _, _, prepared in batch])
+        except UserError as error:
+            for item, _, _ in batch:
+                self.fail(item, _reason(error, item.path))
+            return
+        for (item, image, _), prediction in zip(batch, predictions):
+            self.submit(self.write_image, item, image, prediction)
+            if self.bar:
+                self.bar.update()
+
+    def write_image(self, item: InputFile, image: np.ndarray, prediction) -> None:
+        label, stem = prediction.label, item.name + '.png'
+        written = dict(
+            label=write_png(osp.join(self.out_dir, 'labels', stem), to_label_ids(label)
+                            if self.label_format == 'cityscapes' else label),
+            overlay=write_png(osp.join(self.out_dir, 'overlays', stem),
+                              overlay(image, label, self.palette, self.opacity)))
+        self.record(dict(input=item.path, status='ok', height=int(image.shape[0]),
+                         width=int(image.shape[1]), seconds=round(prediction.seconds, 4),
+                         classes=classes_present(label, self.classes), **written))
+
+    def images(self, items: Sequence[InputFile], batch_size: int, workers: int,
+               stopped: list) -> None:
+        loader = DataLoader(_Decoded(items, self.segmenter.prepare), batch_size=None,
+                            num_workers=workers if items else 0, collate_fn=_as_is,
+                            worker_init_fn=_leave_stop_signals_to_the_parent)
+        buckets: dict[tuple, list] = {}
+        for item, image, prepared, reason in loader:
+            if stopped:
+                return
+            if reason is not None:
+                self.fail(item, reason)
+                continue
+            bucket = buckets.setdefault(tuple(prepared['inputs'].shape), [])
+            bucket.append((item, image, prepared))
+            if len(bucket) == batch_size:
+                self.predict(buckets.pop(tuple(prepared['inputs'].shape)))
+        for bucket in buckets.values():
+            self.predict(bucket)
+
+    def video(self, item: InputFile, batch_size: int, stopped: list) -> None:
+        """Overlay every frame of a video into ``OUT/videos/NAME.<suffix>``."""
+        try:
+            frames, fps, _ = read_video_frames(item.path)
+        except UserError as error:
+            return self.fail(item, _reason(error, item.path))
+        writer = VideoOverlayWriter(osp.join(self.out_dir, 'videos', item.name + osp.splitext(
+            item.path)[1].lower()), fps)
+        seen, seconds, shape, start, chunk = set(), 0.0, (0, 0), time.perf_counter(), []
+        try:
+            for frame in _with_end(frames):
+                if stopped:
+                    break
+                if frame is not None:
+                    chunk.append(frame)
+                if chunk and (frame is None or len(chunk) == batch_size):
+                    for image, prediction in zip(chunk, self.segmenter(chunk)):
+                        writer.write(overlay(image, prediction.label, self.palette,
+                                             self.opacity))
+                        seen.update(np.unique(prediction.label).tolist())
+                        seconds, shape = seconds + prediction.seconds, image.shape
+                        if self.bar:
+                            self.bar.update()
+                    chunk = []
+        finally:
+            writer.close(complete=not stopped)
+        if stopped:
+            return
+        self.record(dict(input=item.path, status='ok', video=writer.path, frames=writer.frames,
+                         fps=fps, height=int(shape[0]), width=int(shape[1]),
+                         seconds=round(seconds / max(writer.frames, 1), 4),
+                         total_seconds=round(time.perf_counter() - start, 2),
+                         classes=[self.classes[i] for i in sorted(seen) if i < len(self.classes)]))
+
+
+def _with_end(frames):
+    """The frames, then ``None`` (flush the last chunk)."""
+    yield from frames
+    yield None
+
+
+def _died(journal: str) -> bool:
+    """Whether the process that opened ``journal`` (on this host) is gone or a zombie."""
+    try:
+        with open(journal) as file:
+            first = json.loads(file.readline())
+    except (OSError, ValueError):  # not started yet, or writing its first line
+        return False
+    if first['host'] != socket.gethostname():
+        return False
+    try:
+        with open(f'/proc/{first["pid"]}/stat') as file:
+            return file.read().rsplit(')', 1)[1].split()[0] in ('Z', 'X')
+    except OSError:  # no /proc entry: the process is gone
+        return True
 
 
 def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str,
                   label_format: str = 'trainids', opacity: float = 0.5, batch_size: int = 1,
-                  meta: dict | None = None, progress: bool = True) -> dict:
-    """Segment ``files`` and write labels, overlays, videos and ``summary.json`` under ``out_dir``.
+                  meta: dict | None = None, progress: bool = True, workers: int = 0,
+                  strict: bool = False, shard: Shard | None = None) -> dict | None:
+    """Segment this process's share of ``files`` not done yet; rank 0 writes ``summary.json``.
 
     Args:
-        segmenter (Segmenter): The model (PyTorch or onnxruntime backend).
-        files (Sequence[InputFile]): From :func:`.collect_inputs`.
+        segmenter (Segmenter): The model (PyTorch, onnxruntime or OpenVINO backend).
+        files (Sequence[InputFile]): From :func:`.collect_inputs` (the same list in every rank).
         out_dir (str): Output folder.
         label_format (str): ``'trainids'`` or ``'cityscapes'`` (labelIds). Default: 'trainids'.
         opacity (float): Colour weight of the overlays, in [0, 1]. Default: 0.5.
@@ -54,66 +308,62 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
             Default: None.
         progress (bool): Show mmengine's progress bar (one step per image or video frame).
             Default: True.
+        workers (int): DataLoader worker processes decoding images (0: this process).
+            Default: 0.
+        strict (bool): Stop at the first bad input (a :class:`UserError`). Default: False.
+        shard (Shard, optional): This process's rank in a sharded run. Default: one process.
 
     Returns:
-        dict: The summary written to ``out_dir/summary.json``.
+        dict | None: Rank 0: the summary written to ``out_dir/summary.json`` (``num_failed``,
+        ``num_not_done``, ``stopped_by``: a signal's name or None); other ranks: None.
     """
-    dataset_meta = segmenter.model.dataset_meta
-    classes, palette = list(dataset_meta['classes']), np.asarray(dataset_meta['palette'])
-    images = [item for item in files if not item.is_video]
-    videos = [item for item in files if item.is_video]
-    steps = len(images) + sum(video_frame_count(item.path) for item in videos)
-    bar = ProgressBar(steps) if progress and steps else None
+    shard = shard or Shard()
+    earlier = completed_inputs(out_dir)
+    todo = [item for item in files[shard.rank::shard.world_size]
+            if earlier.get(osp.abspath(item.path), {}).get('status') != 'ok']
+    images = [item for item in todo if not item.is_video]
+    videos = [item for item in todo if item.is_video]
+    run = _Run(segmenter, out_dir, shard, label_format, opacity, strict,
+               len(images) + sum(video_frame_count(item.path) for item in videos), progress)
+    with _stop_requests() as stopped:
+        try:
+            run.images(images, batch_size, workers, stopped)
+            for item in videos:
+                if not stopped:
+                    run.video(item, batch_size, stopped)
+        finally:
+            run.close()
+        if not stopped:
+            atomic_write('', osp.join(out_dir, PROGRESS_DIR,
+                                      f'{shard.run_id}-rank{shard.rank}.done'))
+        if shard.rank:
+            if stopped:
+                raise UserError(f'rank {shard.rank} stopped by {stopped[0]}; rerun the same '
+                                'command to finish what it left')
+            return None
+        progress = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
+        while True:  # polled, so that a stop signal or a dead rank is seen at once
+            waiting = [rank for rank in range(1, shard.world_size)
+                       if not osp.exists(f'{progress}-rank{rank}.done')]
+            dead = [rank for rank in waiting if _died(f'{progress}-rank{rank}.jsonl')]
+            if not waiting or dead or stopped:
+                break
+            time.sleep(0.1)
+    done = completed_inputs(out_dir)
     entries = []
-    for batch in _batches(images, batch_size):
-        arrays = [read_image(item.path) for item in batch]
-        for item, image, prediction in zip(batch, arrays, segmenter(arrays)):
-            label = prediction.label
-            written = dict(
-                label=write_png(osp.join(out_dir, 'labels', item.name + '.png'),
-                                to_label_ids(label) if label_format == 'cityscapes' else label),
-                overlay=write_png(osp.join(out_dir, 'overlays', item.name + '.png'),
-                                  overlay(image, label, palette, opacity)))
-            entries.append(_image_entry(item, image, label, prediction.seconds, written, classes))
-            if bar:
-                bar.update()
-    for item in videos:
-        entries.append(_segment_video(segmenter, item, out_dir, palette, classes, opacity,
-                                      batch_size, bar))
+    for index, item in enumerate(files):
+        key = osp.abspath(item.path)
+        entry = done.get(key) or dict(input=item.path, status='not done',
+                                      rank=index % shard.world_size)
+        resumed = earlier.get(key, {}).get('status') == 'ok'
+        entries.append(dict(entry, resumed=True) if resumed else entry)
+    count = {status: sum(e['status'] == status for e in entries)
+             for status in ('ok', 'failed', 'not done')}
     summary = dict(**(meta or {}), label_format=label_format, num_inputs=len(entries),
+                   num_done=count['ok'], num_failed=count['failed'],
+                   num_not_done=count['not done'], num_resumed=sum('resumed' in e for e in entries),
+                   stopped_by=stopped[0] if stopped else None, world_size=shard.world_size,
+                   dead_ranks=dead,
                    inputs=entries)
     write_summary(osp.join(out_dir, 'summary.json'), summary)
-    if bar:
-        print()  # end the progress bar's line
     return summary
-
-
-def _segment_video(segmenter: Segmenter, item: InputFile, out_dir: str, palette: np.ndarray,
-                   classes: list[str], opacity: float, batch_size: int, bar) -> dict:
-    """Overlay every frame of a video into ``OUT/videos/NAME.<suffix>``."""
-    frames, fps, _ = read_video_frames(item.path)
-    writer = VideoOverlayWriter(osp.join(out_dir, 'videos', item.name + osp.splitext(
-        item.path)[1].lower()), fps)
-    seen, seconds, shape, start = set(), 0.0, None, time.perf_counter()
-    try:
-        chunk = []
-        for frame in itertools.chain(frames, [None]):  # None: flush the last chunk
-            if frame is not None:
-                chunk.append(frame)
-            if chunk and (frame is None or len(chunk) == batch_size):
-                for image, prediction in zip(chunk, segmenter(chunk)):
-                    writer.write(overlay(image, prediction.label, palette, opacity))
-                    seen.update(np.unique(prediction.label).tolist())
-                    seconds += prediction.seconds
-                    shape = image.shape
-                    if bar:
-                        bar.update()
-                chunk = []
-    finally:
-        writer.close()
-    frames_done = writer.frames
-    return dict(input=item.path, video=writer.path, frames=frames_done, fps=fps,
-                height=int(shape[0]) if shape else 0, width=int(shape[1]) if shape else 0,
-                seconds=round(seconds / max(frames_done, 1), 4),
-                total_seconds=round(time.perf_counter() - start, 2),
-                classes=[classes[i] for i in sorted(seen) if i < len(classes)])
