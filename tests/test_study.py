@@ -51,7 +51,7 @@ def test_a_planned_study_keeps_its_configs_when_the_catalogue_changes(tmp_path, 
     path = tmp_path / 'configs' / 'segformer_afno_demo__gfn.py'
     assert Config.fromfile(str(path)).model.backbone.mixers[0]['type'] == 'GlobalFilterMixer'
     text = path.read_text()
-    changed = dict(mixer_variants(), gfn=dict(type='GlobalFilterMixer', fused=False))
+    changed = dict(mixer_variants(), gfn=dict(type='GlobalFilterMixer', base_hw_shape=(32, 32)))
     monkeypatch.setattr(study_plan, 'mixer_variants', lambda: changed)
     study_plan.plan_rows([DEMO], ['gfn'], tmp_path)
     assert path.read_text() == text
