@@ -44,7 +44,7 @@ from afno_seg.deployment.report import report_on_files
 from afno_seg.deployment.segment_files import PROGRESS_DIR, Shard
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
-from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
 from afno_seg.mixer_switch import write_switched_config
 
 
@@ -84,7 +84,7 @@ def parse_args(argv=None):
                         help='turn a SegFormer config (mmseg MixVisionTransformer or MixerMiT) '
                         'into MixerMiT with these token mixers: afno, afno+afno+esa+esa, '
                         'afno:sparsity_threshold=0.1 (tools/analysis/list_mixers.py lists them)')
-    add_trust_argument(parser)
+    parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     return parser.parse_args(argv)
 
 

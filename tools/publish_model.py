@@ -28,7 +28,8 @@ import afno_seg  # noqa: F401  (registers modules and the checkpoint loader)
 from afno_seg.engine import UserError, run_tool
 from afno_seg.engine.checkpoint import (
     SAFETENSORS_META_KEY,
-    add_trust_argument,
+    TRUST_FLAG,
+    TRUST_HELP,
     load_checkpoint_file,
     state_dict_of,
     trusted_checkpoints,
@@ -44,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('checkpoint', help='training checkpoint (e.g. work_dirs/x/iter_160000.pth)')
     parser.add_argument('out_dir', help='folder for NAME-<sha8>.pth and NAME-<sha8>.safetensors')
     parser.add_argument('--name', help='file name stem (default: the checkpoint\'s)')
-    add_trust_argument(parser)
+    parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     return parser.parse_args(argv)
 
 

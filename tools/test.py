@@ -25,7 +25,7 @@ from afno_seg.decode_heads import use_low_res_fusion
 from afno_seg.deployment import report  # noqa: F401  (registers SegReportMetric)
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import PRECISIONS, UserError, build_runner, load_config, run_tool
-from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
 from afno_seg.engine.checkpoint_fit import CheckpointFitHook
 from afno_seg.engine.precision import apply_test_precision
 from afno_seg.engine.preflight import check_checkpoint
@@ -63,7 +63,7 @@ def parse_args(argv=None):
                         help='inference autocast: fp16, bf16, fp32, or auto (the config\'s '
                         'test_cfg.fp16; on a CPU bf16 where native, else fp32)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    add_trust_argument(parser)
+    parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)

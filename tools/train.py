@@ -27,7 +27,7 @@ from mmengine.logging import print_log
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import PRECISIONS, UserError, build_runner, load_config, run_tool
-from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
 from afno_seg.engine.checkpoint_fit import CheckpointFitHook
 from afno_seg.engine.preemption import restart_count
 from afno_seg.engine.preflight import check_config_checkpoints
@@ -64,7 +64,7 @@ def parse_args(argv=None):
                         help='train without the pretrained weights the config (or --mixer) '
                         'names; without this switch a missing pretrained file stops the run '
                         'before anything is built')
-    add_trust_argument(parser)
+    parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)

@@ -43,7 +43,7 @@ from torch import Tensor
 from .errors import UserError
 
 __all__ = ['ALLOWED_GLOBALS', 'CheckpointError', 'SAFETENSORS_META_KEY', 'TRUST_FLAG',
-           'UnsafeCheckpointError', 'add_trust_argument', 'check_checkpoint_file',
+           'TRUST_HELP', 'UnsafeCheckpointError', 'check_checkpoint_file',
            'load_checkpoint_file', 'load_local_checkpoint', 'read_state_dict', 'state_dict_of',
            'trusted_checkpoints']
 
@@ -144,11 +144,9 @@ def trusted_checkpoints(trust: bool = True) -> Iterator[None]:
         _trusted = previous
 
 
-def add_trust_argument(parser) -> None:
-    """Add ``--trust-checkpoint`` to a tool's argparse parser."""
-    parser.add_argument(TRUST_FLAG, action='store_true',
-                        help='load checkpoint files as full pickles (may run code they contain); '
-                        'only for a file you trust that the safe loader refuses')
+# The tools declare the flag themselves (the library has no command line); they share its help.
+TRUST_HELP = ('load checkpoint files as full pickles (may run code they contain); only for a file '
+              'you trust that the safe loader refuses')
 
 
 def is_safetensors(filename: str) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 from mmengine.config import DictAction
 
 from afno_seg.engine import UserError, run_tool
-from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--compare', nargs='+', metavar='DIR',
                         help='draw earlier outputs side by side instead')
     parser.add_argument('--labels', nargs='+', help='--compare: one label per DIR')
-    add_trust_argument(parser)
+    parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     args = parser.parse_args(argv)
     if not args.compare and not (args.config and args.checkpoint):
         parser.error('give CONFIG CHECKPOINT, or --compare DIR ...')

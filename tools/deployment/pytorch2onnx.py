@@ -23,7 +23,7 @@ from afno_seg.deployment import export_onnx, load_segmentor, onnx_max_abs_differ
 from afno_seg.deployment.onnx_export import DFT_CHOICES, resolve_dft
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool
-from afno_seg.engine.checkpoint import add_trust_argument, trusted_checkpoints
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
 
 
 def parse_args(argv=None):
@@ -40,7 +40,7 @@ def parse_args(argv=None):
                         '--dynamic)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
-    add_trust_argument(parser)
+    parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     return parser.parse_args(argv)
 
 

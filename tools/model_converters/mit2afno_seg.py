@@ -24,7 +24,7 @@ import sys
 import torch
 
 from afno_seg.backbones.mit_checkpoint import detect_layout, official_to_mmseg
-from afno_seg.engine.checkpoint import add_trust_argument, read_state_dict, trusted_checkpoints
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, read_state_dict, trusted_checkpoints
 from afno_seg.engine.errors import UserError
 
 
@@ -33,7 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('src', help='official SegFormer MiT checkpoint (e.g. mit_b3.pth)')
     parser.add_argument('dst', help='output path (mmseg layout)')
     parser.add_argument('--verbose', action='store_true', help='print every converted key')
-    add_trust_argument(parser)
+    parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     return parser.parse_args(argv)
 
 
