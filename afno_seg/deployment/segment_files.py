@@ -43,7 +43,7 @@ import numpy as np
 from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader, Dataset
 
-from ..engine.atomic_io import atomic_write
+from ..engine.atomic_io import atomic_write, remove_stale_temp_files
 from ..engine.errors import UserError
 from .inputs import InputFile, read_image, read_video_frames, video_frame_count
 from .outputs import (
@@ -154,6 +154,8 @@ class _Run:
         self.segmenter, self.out_dir, self.shard, self.strict = segmenter, out_dir, shard, strict
         self.label_format, self.opacity = label_format, opacity
         os.makedirs(osp.join(out_dir, PROGRESS_DIR), exist_ok=True)
+        for folder in ('labels', 'overlays'):  # what a killed run was writing
+            remove_stale_temp_files(osp.join(out_dir, folder))
         self.journal = open(osp.join(out_dir, PROGRESS_DIR,
                                      f'{shard.run_id}-rank{shard.rank}.jsonl'), 'a')
         self.lock, self.pending = threading.Lock(), deque()

@@ -123,18 +123,29 @@ def atomic_write(data: bytes | str, path: str | Path, encoding: str = 'utf-8') -
     _fsync_folder(folder)
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
 def remove_stale_temp_files(folder: str | Path) -> list[str]:
     """Delete temporary files that a killed :func:`atomic_write` left in ``folder``.
 
-    Only names of the form ``.<name>.<pid>.<8 hex>.tmp`` whose ``pid`` is not this process are
-    touched. Returns the removed paths.
+    Only names of the form ``.<name>.<pid>.<8 hex>.tmp`` whose ``pid`` is no running process are
+    touched (another live writer, e.g. a rank sharing the folder, keeps its file). Returns the
+    removed paths.
     """
     removed = []
     if not osp.isdir(folder):
         return removed
     for name in os.listdir(folder):
         match = _TEMP_NAME.match(name)
-        if match and int(match['pid']) != os.getpid():
+        if match and not _running(int(match['pid'])):
             with suppress(OSError):
                 os.remove(osp.join(folder, name))
                 removed.append(osp.join(folder, name))
