@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ['SavedTensorBytes', 'build_for_step', 'fake_saved_bytes', 'random_batch',
+__all__ = ['SavedTensorBytes', 'build_for_step', 'cpu_peak', 'fake_saved_bytes', 'random_batch',
            'step_memory']
 
 
@@ -48,7 +48,7 @@ class SavedTensorBytes:
             yield self
 
 
-def _cpu_peak(step: Callable[[], None]) -> float:
+def cpu_peak(step: Callable[[], None]) -> float:
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
@@ -77,7 +77,7 @@ def step_memory(step: Callable[[], None], model: torch.nn.Module,
         else:
             before = sum(t.numel() * t.element_size()
                          for t in [*model.parameters(), *model.buffers()])
-            peak = _cpu_peak(step)
+            peak = cpu_peak(step)
     return dict(peak_bytes=peak, saved_bytes=float(counter.bytes), before_bytes=float(before))
 
 

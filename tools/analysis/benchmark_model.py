@@ -44,6 +44,7 @@ import time
 
 import torch
 
+from afno_seg.analysis.memory import cpu_peak
 from afno_seg.decode_heads import HEADS
 from afno_seg.experiments.benchmarking import (
     environment,
@@ -193,15 +194,7 @@ def step_peak_bytes(entry: Entry, data: dict, device: torch.device) -> float:
         entry.train_step(data)
         torch.cuda.synchronize(device)
         return float(torch.cuda.max_memory_allocated(device) - base)
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        entry.train_step(data)
-    current = peak = 0
-    for event in sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns()):
-        if event.name() == '[memory]' and event.device_type() == torch.autograd.DeviceType.CPU:
-            current += event.nbytes()
-            peak = max(peak, current)
-    return float(peak)
+    return cpu_peak(lambda: entry.train_step(data))  # what the profiler saw allocated at most
 
 
 def inference_inputs(entry: Entry, args, device: torch.device) -> torch.Tensor:
