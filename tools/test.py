@@ -61,7 +61,7 @@ def parse_args(argv=None):
     parser.add_argument('--tta', action='store_true', help='test time augmentation')
     parser.add_argument('--precision', choices=PRECISIONS, default='auto',
                         help='inference autocast: fp16, bf16, fp32, or auto (the config\'s '
-                        'test_cfg.fp16; on a CPU bf16 where native, else fp32)')
+                        'test_cfg.fp16 on CUDA; fp32 on a CPU)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     args = parser.parse_args(argv)

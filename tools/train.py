@@ -5,7 +5,7 @@
     bash tools/dist_train.sh CONFIG GPUS [args]          # torchrun, --launcher pytorch
 
 Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (``--precision auto``:
-bfloat16 autocast where the CPU has it natively, else float32; ``fp16`` runs float16 with the
+float32, the fastest there; ``bf16`` autocast on request; ``fp16`` runs float16 with the
 GPU's dynamic loss scale; BN for SyncBN, gloo for distributed runs), and a missing dataset, an
 unknown model type or a bad checkpoint stop at once with a message saying what to do.
 
@@ -46,8 +46,7 @@ def parse_args(argv=None):
                         help='enable automatic-mixed-precision training (AmpOptimWrapper, fp16 '
                         'with a dynamic loss scale; on a CPU as --precision says)')
     parser.add_argument('--precision', choices=PRECISIONS, default='auto',
-                        help='auto (default): the config\'s on CUDA; on a CPU its fp16 as bf16 '
-                        'where the CPU computes bfloat16 natively, else fp32. fp16: float16 '
+                        help='auto (default): the config\'s on CUDA, fp32 on a CPU. fp16: float16 '
                         'autocast with a dynamic loss scale (on a CPU too); bf16; fp32')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,

@@ -3,8 +3,8 @@
 A config in this project targets 8 GPUs with fp16 and SyncBN. :func:`adapt_config_to_device`:
 
 - precision (:mod:`.precision`, ``--precision``): on CUDA the config's unless asked otherwise;
-  on a CPU ``AmpOptimWrapper`` becomes :class:`~.optim_wrapper.CPUAutocastOptimWrapper` in
-  bfloat16 where the processor has it natively, else ``OptimWrapper`` (float32);
+  on a CPU ``OptimWrapper`` (float32) unless ``--precision`` asks for bf16 or fp16
+  (:class:`~.optim_wrapper.CPUAutocastOptimWrapper`);
 - distributed runs without CUDA: gloo instead of NCCL, and mmengine's own DDP wrapper with
   ``device_ids=None`` (the Runner's default passes ``[LOCAL_RANK]``, which DDP refuses for CPU
   modules), as ``model_wrapper_cfg``.

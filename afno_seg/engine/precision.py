@@ -8,10 +8,11 @@ The configs train as written for GPUs: float16 autocast with a dynamic loss scal
   dynamic scale, growth, back-off and skipped steps as on the GPU).
 - ``bf16``: bfloat16 autocast, no loss scale (float32's exponent range).
 - ``fp32``: ``OptimWrapper``.
-- ``auto``: on CUDA the config as written. On a CPU a mixed-precision config becomes bf16 where
-  the processor computes bfloat16 natively (x86 ``avx512_bf16``/``amx_bf16``, Arm ``bf16``), else
-  fp32: where it is emulated a bfloat16 or float16 matmul is 10-65x slower than float32
-  (BENCHMARKS.md). A float32 config stays float32. The CPU's flags are read once per process.
+- ``auto``: on CUDA the config as written; on a CPU fp32. Emulated (no ``avx512_bf16``/
+  ``amx_bf16``/Arm ``bf16`` flag), a bfloat16 or float16 matmul is 10-65x slower than float32;
+  native, a whole B3 training step in bfloat16 was still no faster than in float32 (its spectral
+  float32 islands and casts eat the matmuls' gain, BENCHMARKS.md). The CPU's flags, read once per
+  process, only decide the warning on an explicitly requested emulated precision.
 
 ``tools/test.py --precision`` evaluates under the same choice (:class:`AutocastTestLoop`).
 
@@ -102,12 +103,11 @@ def choose_precision(requested: str, configured: str, cuda: bool, flags=frozense
     if requested == 'auto':
         if cuda or configured == 'fp32':
             return configured, f'auto: the config\'s {configured} on {device}'
-        if 'bf16' in native:
-            return 'bf16', (f'auto: the config\'s {configured} as bf16, which this CPU computes '
-                            f'natively ({"/".join(sorted(flags & set(NATIVE_CPU_FLAGS["bf16"])))})')
-        return 'fp32', (f'auto: the config\'s {configured} as fp32: this CPU has no native '
-                         'bfloat16 (no avx512_bf16/amx_bf16 flag) and emulates it 10-65x slower '
-                         'than float32; --precision bf16 or fp16 forces it')
+        why = ('a B3 step in bfloat16 measured no faster than fp32 even where native' if
+               'bf16' in native else 'this CPU has no native bfloat16 (no avx512_bf16/amx_bf16 '
+               'flag) and emulates it 10-65x slower than fp32')
+        return 'fp32', (f'auto: the config\'s {configured} as fp32 on a CPU: {why}; '
+                        '--precision bf16 or fp16 forces it')
     if requested != 'fp32' and not runs(requested):
         available = [p for p in ('fp16', 'bf16') if p != requested and runs(p)] + ['fp32']
         raise UserError(f'--precision {requested}: {DTYPES[requested]} autocast does not run on '
