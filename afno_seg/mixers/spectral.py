@@ -88,15 +88,9 @@ def kept_count(fraction: float, num_frequencies: int) -> int:
 
 @dataclass(frozen=True)
 class SpectralBand:
-    """The low-frequency modes kept from an ``rfft2`` spectrum of an ``H x W`` grid.
-
-    Attributes:
-        height (int): H of the grid.
-        width (int): W of the grid (the spectrum has ``W // 2 + 1`` columns).
-        n_low (int): rows ``[0, n_low)`` are kept (signed frequencies ``0 .. n_low-1``).
-        n_high (int): rows ``[H - n_high, H)`` are kept (signed frequencies ``-n_high .. -1``).
-        n_cols (int): columns ``[0, n_cols)`` are kept.
-    """
+    """The low-frequency modes kept from an ``rfft2`` spectrum of an ``H x W`` grid
+    (``height x width``, ``W // 2 + 1`` columns): rows ``[0, n_low)`` (signed frequencies
+    ``0 .. n_low-1``) and ``[H - n_high, H)`` (``-n_high .. -1``), columns ``[0, n_cols)``."""
     height: int
     width: int
     n_low: int

@@ -81,9 +81,8 @@ tokens_to_spectrum.register_fake(lambda x, hw_shape: x.new_empty(
 tokens_to_spectrum.register_autograd(
     lambda ctx, grad: (spectrum_to_grid(grad * _column_weight(ctx, grad), ctx.hw_shape)
                        .flatten(1, 2), None), setup_context=_save_hw_shape)
-spectrum_to_grid.register_fake(
-    lambda spectrum, hw_shape: spectrum.real.new_empty(spectrum.shape[0], *hw_shape,
-                                                       spectrum.shape[1]))
+spectrum_to_grid.register_fake(lambda spectrum, hw_shape: spectrum.real.new_empty(
+    spectrum.shape[0], *hw_shape, spectrum.shape[1]))
 spectrum_to_grid.register_autograd(
     lambda ctx, grad: (tokens_to_spectrum(grad.flatten(1, 2), ctx.hw_shape)
                        / _column_weight(ctx, grad), None), setup_context=_save_hw_shape)
@@ -91,8 +90,7 @@ spectrum_to_grid.register_autograd(
 
 class _SpectralFilter(torch.autograd.Function):
     """``irfft2(rfft2(X) * K)``; with ``G = rfft2(dY)``: ``dX = irfft2(G conj(K))`` (the column
-    weights of the two adjoints cancel), ``dK = sum_b G conj(Z) / w``. Traced by torch.compile
-    (its complex products fall back to eager kernels, no slower: ``BENCHMARKS.md``)."""
+    weights of the two adjoints cancel), ``dK = sum_b G conj(Z) / w``. Compiled no slower."""
 
     @staticmethod
     def forward(ctx, x: Tensor, kernel: Tensor, hw_shape: tuple[int, int]) -> Tensor:
@@ -131,8 +129,15 @@ def mode_product(z: Tensor, weight: Tensor) -> Tensor:
     return torch.bmm(z, weight)
 
 
+@custom_op('afno_seg::mode_product_backward', mutates_args=())
+def _mode_product_backward(grad: Tensor, z: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's: ``dz = g W^H``, ``dW = z^H g`` (a conjugate view into an op would be copied)."""
+    return torch.bmm(grad, weight.mH), torch.bmm(z.mH, grad)
+
+
 mode_product.register_fake(lambda z, weight: z.new_empty(*z.shape[:2], weight.shape[-1]))
+_mode_product_backward.register_fake(lambda grad, z, weight: (z.new_empty(z.shape),
+                                                              weight.new_empty(weight.shape)))
 mode_product.register_autograd(
-    lambda ctx, grad: (mode_product(grad, ctx.saved_tensors[1].mH),
-                       mode_product(ctx.saved_tensors[0].mH, grad)),
+    lambda ctx, grad: _mode_product_backward(grad, *ctx.saved_tensors),
     setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs))
