@@ -85,6 +85,25 @@ def test_transposed_copy_matches_permute():
     assert torch.equal(transposed_copy(strided), strided.transpose(1, 2))
 
 
+def test_fast_custom_ops_pass_opcheck():
+    """The fast forms' ``torch.library`` ops: fake kernels (shapes and strides, which a compiled
+    graph asserts), schemas and autograd registrations agree with the eager kernels."""
+    generator = torch.Generator().manual_seed(0)
+    hw, band = [5, 6], [5, 6, 2, 1, 3]  # (H, W, low rows, high rows, columns)
+    x = torch.randn(2, 30, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+    spectrum = torch.randn(2, 4, 5, 4, dtype=torch.complex128, generator=generator,
+                           requires_grad=True)
+    weights = [torch.randn(shape, dtype=torch.float64, generator=generator, requires_grad=True)
+               for shape in [(2, 2, 2, 4), (2, 2, 4), (2, 2, 4, 2), (2, 2, 2)]]
+    z = torch.randn(7, 2, 4, dtype=torch.complex128, generator=generator, requires_grad=True)
+    ops = torch.ops.afno_seg
+    for op, args in [(ops.tokens_to_spectrum, (x, hw)), (ops.spectrum_to_grid, (spectrum, hw)),
+                     (ops.fused_afno, (x, *weights, band, 0.01)),
+                     (ops.mode_product, (z, z.detach().mT @ z.detach()))]:
+        torch.library.opcheck(op, args, test_utils=('test_faketensor',
+                                                    'test_aot_dispatch_dynamic'))
+
+
 def fused_and_composed(mixer, x, hw, params):
     """``[(out, grads of x and params)]`` in the ``fast`` form, then the ``reference`` one; the
     same random output gradient (seed 1) for both."""

@@ -256,13 +256,29 @@ def test_every_mixer_exports_and_runs_in_onnxruntime(cls, kwargs, tmp_path):
         assert 'DFT' not in onnx_ops(path)
 
 
-@pytest.mark.parametrize('cls, kwargs', CLASS_CASES)
+@pytest.mark.parametrize('cls, kwargs', CLASS_CASES + [
+    case for case in CASES_ALL if case.id == 'AFNOMixer-quarter-hidden2'])  # AFNO-25%'s band
 def test_no_graph_break_under_torch_compile(cls, kwargs):
-    """The form switch costs torch.compile nothing: forward and backward trace as one graph."""
+    """The form switch costs torch.compile nothing: forward and backward trace as one graph. A
+    spectral mixer compiled (``aot_eager``: the fast forms' custom ops traced by their fake
+    kernels, ``fullgraph``) gives its formula's output and gradients, float64."""
     mixer = build(cls, kwargs).train()
     x = tokens(1, (8, 10)).requires_grad_()
     explanation = torch._dynamo.explain(mixer)(x, (8, 10))
     assert explanation.graph_break_count == 0, explanation.break_reasons
+    if not is_spectral(cls):
+        return
+    mixer, hw = o1_branch(mixer).double(), (7, 12)
+    x = tokens(2, hw, dtype=torch.float64).requires_grad_()
+    compiled = torch.compile(mixer, backend='aot_eager', fullgraph=True)
+    results = []
+    for run, form in ((compiled, 'fast'), (mixer, 'reference')):
+        with use_form(form):
+            out = run(x, hw)
+            loss = out.square().sum()
+            results.append((out, *torch.autograd.grad(loss, [x, *mixer.parameters()])))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-8)
 
 
 # SegFormer-B3's stages: (width, heads, ESA reduction).

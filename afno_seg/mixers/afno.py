@@ -40,7 +40,7 @@ class AFNOMixer(TokenMixer):
     (:meth:`SpectralBand.fraction`); the MLP runs only on those. ``+ X`` is the paper's own
     residual. Not shift-equivariant (biases, split ReLU). Spectral work in float32. Forms
     (:mod:`.forms`): ``fast`` one autograd function with a hand-written backward
-    (:func:`.fast.fused_afno`), ``op`` and ``matmul`` real arithmetic (:mod:`.export`).
+    (:func:`.fast.afno_fast`), ``op`` and ``matmul`` real arithmetic (:mod:`.export`).
 
     Shapes: ``(B, H*W, C) -> (B, H*W, C)``, any H, W. Parameters (released layout, index 0 real,
     1 imaginary): ``w1 (2, k, d, f d)``, ``b1 (2, k, f d)``, ``w2 (2, k, f d, d)``,
@@ -110,8 +110,7 @@ class AFNOMixer(TokenMixer):
         """The block MLP and shrink on complex channels-first modes ``(B, C, ...)``."""
         batch, channels, *grid = modes.shape
         real = modes.real.dtype
-        w1, b1, w2, b2 = (torch.complex(p[0].to(real), p[1].to(real))
-                          for p in (self.w1, self.b1, self.w2, self.b2))
+        w1, b1, w2, b2 = (torch.complex(*p.to(real)) for p in self.weights())
         z = modes.reshape(batch, self.num_blocks, self.block_size, -1).mT  # (B, k, M, d)
         o1 = split(F.relu, z @ w1 + b1.unsqueeze(1))
         o2 = self.soft_shrink(o1 @ w2 + b2.unsqueeze(1))

@@ -11,6 +11,7 @@ from ..registry import register_model
 from .base import TokenMixer, Variant
 from .export import fno_matmul, fno_op
 from .fast import adjoint_transforms
+from .fast.transforms import mode_product
 from .forms import select
 from .spectral import SpectralBand, irfft2, rfft2, rfft2_flops, run_in_fp32
 
@@ -78,7 +79,7 @@ class FNOMixer(TokenMixer):
         z = rfft2(x, hw_shape, band, fast)  # (B, C, rows, cols)
         batch, channels, rows, cols = z.shape
         z = z.reshape(batch, channels, rows * cols).permute(2, 0, 1)  # (M, B, C)
-        mixed = torch.bmm(z, self.weight_at(band, x.dtype))
+        mixed = (mode_product if fast else torch.bmm)(z, self.weight_at(band, x.dtype))
         return irfft2(mixed.permute(1, 2, 0).reshape(batch, channels, rows, cols), hw_shape, band,
                       fast)
 

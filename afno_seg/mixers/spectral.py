@@ -8,7 +8,8 @@ kernels and cuFFT's need power-of-two sizes.
 
 :func:`rfft2` and :func:`irfft2` (with a band: only its rows and columns) and :func:`fft3` are the
 transforms the mixers' formulas call; ``fast=True`` (the ``fast`` form, :mod:`.forms`) swaps in
-:mod:`.fast.transforms`' adjoint-gradient versions (same values, cheaper backward). The DFT as
+:mod:`.fast.transforms`' adjoint-gradient ops (same values, cheaper backward; called through
+``torch.ops``, which :mod:`.fast` fills, so this module does not import it). The DFT as
 matmuls is :mod:`.export.dft`. :func:`fft_flops` is THE FFT FLOP formula (``docs/flops.md``);
 the traced counter (:mod:`afno_seg.analysis.flops`) imports it.
 
@@ -17,39 +18,25 @@ References:
 """
 import math
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .fast import transforms as fast_transforms
-
-__all__ = ['SpectralBand', 'fft3', 'fft_flops', 'fp32_island', 'grid_to_tokens',
-           'irfft2', 'kept_count', 'rfft2', 'rfft2_flops', 'run_in_fp32', 'signed_frequencies',
-           'spectral_dtype', 'tokens_to_grid']
-
-
-@contextmanager
-def fp32_island(device_type: str):
-    """Context in which autocast is disabled on ``device_type`` (no-op where autocast is absent)."""
-    if torch.amp.is_autocast_available(device_type):
-        with torch.autocast(device_type=device_type, enabled=False):
-            yield
-    else:
-        yield
-
-
-def spectral_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The real dtype spectral work runs in: float64 stays float64, everything else float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+__all__ = ['SpectralBand', 'fft3', 'fft_flops', 'grid_to_tokens', 'irfft2', 'kept_count', 'rfft2',
+           'rfft2_flops', 'run_in_fp32', 'signed_frequencies', 'tokens_to_grid']
 
 
 def run_in_fp32(fn: Callable[..., Tensor], x: Tensor, *args, **kwargs) -> Tensor:
-    """``fn(x_fp32, *args, **kwargs)`` with autocast off, cast back to ``x.dtype``; ``fn`` casts
-    its parameters to ``x_fp32.dtype`` (it matters after ``module.half()``)."""
-    with fp32_island(x.device.type):
-        out = fn(x.to(spectral_dtype(x.dtype)), *args, **kwargs)
+    """``fn(x_fp32, *args, **kwargs)`` with autocast off (where the device has it), cast back to
+    ``x.dtype``; float64 stays float64. ``fn`` casts its parameters to ``x_fp32.dtype`` (it
+    matters after ``module.half()``)."""
+    device = x.device.type
+    with torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device) \
+            else nullcontext():
+        out = fn(x.to(torch.float64 if x.dtype == torch.float64 else torch.float32), *args,
+                 **kwargs)
     return out.to(x.dtype)
 
 
@@ -67,10 +54,8 @@ def rfft2(x: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None' = No
           fast: bool = False) -> Tensor:
     """``Z = rfft2(X)`` of tokens ``(B, H*W, C)`` -> ``(B, C, H, W//2+1)``, or the band's kept
     modes ``(B, C, rows, cols)``."""
-    if fast:
-        spectrum = fast_transforms.tokens_to_spectrum(x, hw_shape)
-    else:
-        spectrum = torch.fft.rfft2(tokens_to_grid(x, hw_shape).permute(0, 3, 1, 2), norm='ortho')
+    spectrum = torch.ops.afno_seg.tokens_to_spectrum(x, hw_shape) if fast else \
+        torch.fft.rfft2(tokens_to_grid(x, hw_shape).permute(0, 3, 1, 2), norm='ortho')
     return spectrum if band is None else band.gather(spectrum)
 
 
@@ -80,7 +65,7 @@ def irfft2(modes: Tensor, hw_shape: tuple[int, int], band: 'SpectralBand | None'
     ``(B, H*W, C)``."""
     spectrum = modes if band is None else band.scatter(modes)
     if fast:
-        return fast_transforms.spectrum_to_grid(spectrum, hw_shape).flatten(1, 2)
+        return torch.ops.afno_seg.spectrum_to_grid(spectrum, hw_shape).flatten(1, 2)
     return torch.fft.irfft2(spectrum, s=tuple(hw_shape), norm='ortho').flatten(2).mT
 
 
@@ -103,15 +88,9 @@ def kept_count(fraction: float, num_frequencies: int) -> int:
 
 @dataclass(frozen=True)
 class SpectralBand:
-    """The low-frequency modes kept from an ``rfft2`` spectrum of an ``H x W`` grid.
-
-    Attributes:
-        height (int): H of the grid.
-        width (int): W of the grid (the spectrum has ``W // 2 + 1`` columns).
-        n_low (int): rows ``[0, n_low)`` are kept (signed frequencies ``0 .. n_low-1``).
-        n_high (int): rows ``[H - n_high, H)`` are kept (signed frequencies ``-n_high .. -1``).
-        n_cols (int): columns ``[0, n_cols)`` are kept.
-    """
+    """The low-frequency modes kept from an ``rfft2`` spectrum of an ``H x W`` grid
+    (``height x width``, ``W // 2 + 1`` columns): rows ``[0, n_low)`` (signed frequencies
+    ``0 .. n_low-1``) and ``[H - n_high, H)`` (``-n_high .. -1``), columns ``[0, n_cols)``."""
     height: int
     width: int
     n_low: int
@@ -173,9 +152,7 @@ class SpectralBand:
 
 def fft_flops(num_points: int, real: bool = False) -> float:
     """FLOPs of one FFT of ``num_points``: ``5 N log2 N`` complex, ``2.5 N log2 N`` real in/out."""
-    if num_points <= 1:
-        return 0.0
-    return (2.5 if real else 5.0) * num_points * math.log2(num_points)
+    return 0.0 if num_points <= 1 else (2.5 if real else 5.0) * num_points * math.log2(num_points)
 
 
 def rfft2_flops(hw_shape: tuple[int, int], channels: int) -> float:
