@@ -1,36 +1,23 @@
 """Checkpoints are data, never code: the one loader behind every checkpoint read of the project.
 
-A ``.pth`` file is a pickle, and a pickle can call any function while it is read (a dict holding
-one object whose ``__reduce__`` returns ``(os.system, ('...',))`` runs that command). So every
-read goes through :func:`load_checkpoint_file`:
-
-- ``.pth`` (``torch.save``): ``torch.load(weights_only=True)`` plus, scoped to that one call with
-  ``torch.serialization.safe_globals``, exactly the globals that mmengine 0.10.7 / mmseg /
-  mmpretrain write into their checkpoints (:data:`ALLOWED_GLOBALS`: mmengine's ``HistoryBuffer``
-  in the message hub, NumPy arrays, scalars and dtypes in the message hub and the RNG state).
-  They were found by saving real training checkpoints and listing
-  ``torch.serialization.get_unsafe_globals_in_checkpoint``; each only rebuilds data. Nothing is
-  added to torch's global allowlist (``add_safe_globals`` is never called).
-- ``.safetensors``: tensors only by construction; the ``meta`` dict (config, classes, palette)
-  is JSON in the header (``tools/publish_model.py`` writes both kinds).
-
-A file that needs any other global is refused before it is unpickled further: one line naming the
-file, the first global it would have imported, and the opt-in. The opt-in is per command:
-``--trust-checkpoint`` on a tool enters :func:`trusted_checkpoints`, under which files load with
-``weights_only=False`` (as mmengine did before torch 2.6), each with one warning naming it.
-Nothing persists beyond the ``with`` block.
-
-Importing the package registers :func:`load_local_checkpoint` for local paths with mmengine's
-public ``CheckpointLoader.register_scheme`` (so ``Runner`` ``load_from``/``resume`` and mmseg's
-``init_model``/``MMSegInferencer`` use it); it is never less safe than plain ``torch.load``: the
-same restricted unpickler with the data classes above, and it refuses what torch refuses.
+A ``.pth`` file is a pickle, and a pickle can call any function while it is read.
+:func:`load_checkpoint_file` reads it with ``torch.load(weights_only=True)`` plus, scoped to that
+call, exactly the globals that mmengine 0.10.7, mmseg and mmpretrain write into checkpoints
+(:data:`ALLOWED_GLOBALS`: found by listing ``get_unsafe_globals_in_checkpoint`` of real training
+checkpoints; each only rebuilds data; torch's global allowlist is never changed); a
+``.safetensors`` file holds tensors only, its ``meta`` dict is JSON in the header. A file that
+needs any other global is refused in one line naming it, the global and the opt-in:
+``--trust-checkpoint`` on a tool enters :func:`trusted_checkpoints`, under which files load as
+full pickles, each with a warning. Importing the package registers the loader for local paths
+with mmengine's ``CheckpointLoader.register_scheme``, so the Runner's ``load_from``/``resume``
+and mmseg's ``init_model`` use it (docs/security.md).
 """
 import contextlib
-import importlib
 import json
 import logging
 import os.path as osp
 import pickle
+import pkgutil
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -44,8 +31,7 @@ from .errors import UserError
 
 __all__ = ['ALLOWED_GLOBALS', 'CheckpointError', 'SAFETENSORS_META_KEY', 'TRUST_FLAG',
            'TRUST_HELP', 'UnsafeCheckpointError', 'check_checkpoint_file',
-           'load_checkpoint_file', 'load_local_checkpoint', 'read_state_dict', 'state_dict_of',
-           'trusted_checkpoints']
+           'load_checkpoint_file', 'read_state_dict', 'state_dict_of', 'trusted_checkpoints']
 
 TRUST_FLAG = '--trust-checkpoint'
 #: Key of the JSON-encoded ``meta`` dict in a ``.safetensors`` header's ``__metadata__``.
@@ -107,28 +93,12 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint whose pickle needs a global outside :data:`ALLOWED_GLOBALS`."""
 
 
-def _resolve(target: str):
-    """``'module:attribute.path'`` -> the object, or None; ``numpy._core`` is ``numpy.core``
-    under NumPy 1."""
-    module, _, attribute = target.partition(':')
-    for path in dict.fromkeys((attribute, attribute.replace('_core.', 'core.', 1))):
-        obj = importlib.import_module(module)
-        for part in path.split('.'):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                break
-        if obj is not None:
-            return obj
-    return None
-
-
 def _allowlist() -> list[tuple[Callable, str]]:
     """``(object, pickled name)`` pairs for ``torch.serialization.safe_globals``."""
     pairs = [(_history_buffer_method, 'builtins.getattr')]
     for name, target in ALLOWED_GLOBALS.items():
-        obj = _resolve(target)
-        if obj is not None:  # e.g. a dtype class this NumPy does not have
-            pairs.append((obj, name))
+        with contextlib.suppress(AttributeError):  # e.g. a dtype class this NumPy does not have
+            pairs.append((pkgutil.resolve_name(target), name))
     return pairs
 
 
@@ -281,9 +251,4 @@ def read_state_dict(filename: str, prefix: str | None = None) -> 'OrderedDict[st
     return state_dict_of(load_checkpoint_file(filename), prefix)
 
 
-def load_local_checkpoint(filename: str, map_location=None):
-    """mmengine ``CheckpointLoader`` scheme for local paths: :func:`load_checkpoint_file`."""
-    return load_checkpoint_file(filename, map_location=map_location)
-
-
-CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint, force=True)
+CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_file, force=True)
