@@ -1,16 +1,13 @@
 """Does a checkpoint fit the model? The one check of every state dict loaded into a model.
 
-mmengine loads with ``strict=False`` and warns: a wrong file (another mixer's checkpoint, an empty
-state dict) then runs with random weights and produces confident-looking garbage. One comparison,
-:func:`fit_report` (names and shapes, no tensor data), serves every route: evaluation, inference,
-export and analysis need every tensor and no other (:func:`load_weights`,
-:class:`CheckpointFitHook`; a config may list prefixes expected new in ``checkpoint_new_keys``);
-a pretrained backbone, after its key remap (as timm pairs a ``checkpoint_filter_fn`` with one
-builder), needs every tensor outside its token mixers, which are found by type
-(:func:`mixer_prefixes`) and load where name and shape match (:func:`load_state`); fine-tuning
-(``load_from``) loads what fits, with one line (:func:`log_fit`). A refusal is one message
-(:class:`CheckpointMismatchError`): counts, missing groups, what mixer tensors the file holds
-instead, and the config it was trained with when its meta has it.
+mmengine loads with ``strict=False`` and warns, so a wrong file (another mixer's checkpoint, an
+empty state dict) runs with random weights. One comparison of names and shapes,
+:func:`fit_report`, serves every route: evaluation, inference, export and analysis need every
+tensor and no other (:func:`load_weights`, :class:`CheckpointFitHook`; a config may list prefixes
+expected new in ``checkpoint_new_keys``); a pretrained backbone, after its key remap, loads where
+name and shape match (:func:`load_state`); fine-tuning loads what fits, with one line
+(:func:`log_fit`). A refusal (:class:`CheckpointMismatchError`) names counts, missing groups, the
+mixer tensors the file holds instead, and the config it was trained with when its meta has it.
 """
 import logging
 import re

@@ -1,16 +1,8 @@
-"""Run configs written for GPU clusters on a machine without CUDA, saying what changed.
-
-A config in this project targets 8 GPUs with fp16 and SyncBN. :func:`adapt_config_to_device`:
-
-- precision (:mod:`.precision`, ``--precision``): on CUDA the config's unless asked otherwise;
-  on a CPU ``OptimWrapper`` (float32) unless ``--precision`` asks for bf16 or fp16
-  (:class:`~.optim_wrapper.CPUAutocastOptimWrapper`);
-- distributed runs without CUDA: gloo instead of NCCL, and mmengine's own DDP wrapper with
-  ``device_ids=None`` (the Runner's default passes ``[LOCAL_RANK]``, which DDP refuses for CPU
-  modules), as ``model_wrapper_cfg``.
-
-SyncBN layers run as BatchNorm without CUDA: the Runner reverts them after building the model
-(:class:`~.runner.AfnoSegRunner`, mmengine's ``revert_sync_batchnorm``).
+"""Run configs written for GPU clusters (8 GPUs, fp16, SyncBN) on a machine without CUDA, saying
+what changed: the precision (:mod:`.precision`), and for distributed runs gloo instead of NCCL
+and mmengine's DDP wrapper with ``device_ids=None`` (the Runner's default passes
+``[LOCAL_RANK]``, which DDP refuses for CPU modules). SyncBN becomes BatchNorm once the model is
+built (:class:`~.runner.AfnoSegRunner`).
 """
 import logging
 
@@ -26,8 +18,8 @@ __all__ = ['adapt_config_to_device']
 def adapt_config_to_device(cfg: Config, distributed: bool = False,
                            cuda_available: bool | None = None,
                            precision: str | None = 'auto') -> Config:
-    """Rewrite ``cfg`` in place for the device (see module docstring) and return it
-    (``precision=None``: the optimizer wrapper as it is, for a run that does not train)."""
+    """Rewrite ``cfg`` in place for the device and return it (``precision=None``: the optimizer
+    wrapper as it is, for a run that does not train)."""
     if cuda_available is None:
         cuda_available = torch.cuda.is_available()
     if precision is not None:

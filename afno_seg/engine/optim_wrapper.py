@@ -1,19 +1,12 @@
 """``AmpOptimWrapper`` on a CPU: autocast with mmengine's loss scaling, through torch's CPU scaler.
 
-mmengine's ``AmpOptimWrapper`` refuses to run without a GPU/NPU/MLU/MUSA (an assertion in its
-``__init__``). torch has had CPU float16 autocast and ``torch.amp.GradScaler('cpu')`` since 2.3,
-so this subclass keeps everything of it (``backward`` scales the loss, ``step`` unscales for
-clipping, steps through the scaler and updates the scale; ``state_dict`` carries the scaler) and
-changes only the two places that name the device: the scaler and the autocast context.
-
-- ``dtype='float16'``: a real dynamic loss scale, as on the GPU: an inf/NaN gradient skips the
-  optimizer step and multiplies the scale by ``backoff_factor`` (0.5), ``growth_interval``
-  (2000) finite steps in a row multiply it by ``growth_factor`` (2). ``loss_scale`` as in
-  mmengine: ``'dynamic'``, a float (static), or a dict of ``GradScaler`` arguments.
-- ``dtype='bfloat16'``: no loss scale (float32's exponent range; the scaler is disabled and
-  not written into checkpoints).
-
-:func:`afno_seg.engine.apply_precision` picks the wrapper and dtype (``--precision``).
+mmengine's ``AmpOptimWrapper`` asserts a GPU/NPU/MLU/MUSA in its ``__init__``. torch has CPU
+float16 autocast and ``torch.amp.GradScaler('cpu')``, so this subclass keeps all of it (loss
+scaling in ``backward``, unscale for clipping, the scaler's step and update, its state in
+``state_dict``) and changes only what names the device: the scaler and the autocast context.
+With ``dtype='float16'`` an inf/NaN gradient skips the step and halves the scale, as on the GPU;
+``bfloat16`` needs no loss scale (float32's exponent range). :func:`~.precision.apply_precision`
+picks it (``--precision``).
 """
 from contextlib import contextmanager
 

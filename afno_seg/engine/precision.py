@@ -1,24 +1,16 @@
 """The floating-point precision a run computes in: ``--precision {auto,fp16,bf16,fp32}``.
 
 The configs train as written for GPUs: float16 autocast with a dynamic loss scale
-(``AmpOptimWrapper``). What each choice runs:
-
-- ``fp16``: float16 autocast and mmengine's loss scaling. On CUDA ``AmpOptimWrapper``; on a CPU
-  :class:`~.optim_wrapper.CPUAutocastOptimWrapper` with ``torch.amp.GradScaler('cpu')`` (the same
-  dynamic scale, growth, back-off and skipped steps as on the GPU).
-- ``bf16``: bfloat16 autocast, no loss scale (float32's exponent range).
-- ``fp32``: ``OptimWrapper``.
-- ``auto``: on CUDA the config as written; on a CPU fp32. Emulated (no ``avx512_bf16``/
-  ``amx_bf16``/Arm ``bf16`` flag), a bfloat16 or float16 matmul is 10-65x slower than float32;
-  native, a whole B3 training step in bfloat16 was still no faster than in float32 (its spectral
-  float32 islands and casts eat the matmuls' gain, BENCHMARKS.md). The CPU's flags, read once per
-  process, only decide the warning on an explicitly requested emulated precision.
-
+(``AmpOptimWrapper``). ``fp16`` runs that, on a CPU through
+:class:`~.optim_wrapper.CPUAutocastOptimWrapper` and ``torch.amp.GradScaler('cpu')`` (the GPU's
+scale, growth, back-off and skipped steps); ``bf16`` is bfloat16 autocast without a loss scale;
+``fp32`` is ``OptimWrapper``. ``auto`` is the config's on CUDA and fp32 on every CPU: emulated
+(no ``avx512_bf16``/``amx_bf16``/Arm ``bf16`` flag) a bfloat16 or float16 matmul is 10-65x
+slower than float32, and where native a B3 step in bfloat16 was still no faster (its float32
+spectral islands and casts eat the gain; BENCHMARKS.md). The CPU's flags only decide the warning
+on an explicitly requested emulated precision. A precision the device cannot run is a
+:class:`~.errors.UserError` naming what is available, never a silent switch.
 ``tools/test.py --precision`` evaluates under the same choice (:class:`AutocastTestLoop`).
-
-A precision the device cannot run (float16 autocast in a torch without CPU float16 kernels,
-bfloat16 on a GPU without it) is a :class:`~.errors.UserError` naming what is available, never a
-silent switch; an emulated one runs, with one warning line.
 """
 import functools
 import logging
@@ -120,6 +112,12 @@ def choose_precision(requested: str, configured: str, cuda: bool, flags=frozense
     return requested, f'--precision {requested} on {device}'
 
 
+def _choose_here(requested: str, configured: str, cuda: bool) -> tuple[str, str]:
+    """:func:`choose_precision` with this CPU's flags and this torch's autocast."""
+    return choose_precision(requested, configured, cuda, cpu_flags(),
+                            functools.partial(autocast_runs, 'cuda' if cuda else 'cpu'))
+
+
 def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = None) -> str:
     """Rewrite ``cfg.optim_wrapper`` to run in the chosen precision; log the choice in one line.
 
@@ -133,9 +131,7 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
     if requested != 'auto' and wrapper.get('type') not in _WRAPPERS:
         raise UserError(f'--precision {requested} needs optim_wrapper.type in {_WRAPPERS}; the '
                         f'config has {wrapper.get("type")!r}')
-    device = 'cuda' if cuda else 'cpu'
-    chosen, reason = choose_precision(requested, configured, cuda, cpu_flags(),
-                                      functools.partial(autocast_runs, device))
+    chosen, reason = _choose_here(requested, configured, cuda)
     wrapper_type = wrapper.get('type')
     # AmpOptimWrapper refuses to run without a GPU: replaced even at its own dtype (and back).
     if chosen != configured or wrapper_type == ('CPUAutocastOptimWrapper' if cuda else
@@ -190,9 +186,7 @@ def apply_test_precision(cfg: Config, requested: str = 'auto', cuda: bool | None
     configured = 'fp16' if test_cfg.get('fp16') else 'fp32'
     if requested == 'auto' and configured == 'fp32':
         return 'fp32'
-    chosen, reason = choose_precision(requested, configured, cuda, cpu_flags(),
-                                      functools.partial(autocast_runs,
-                                                        'cuda' if cuda else 'cpu'))
+    chosen, reason = _choose_here(requested, configured, cuda)
     test_cfg.pop('fp16', None)
     if chosen == 'fp32':
         test_cfg['type'] = 'TestLoop'

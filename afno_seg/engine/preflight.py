@@ -1,24 +1,13 @@
-"""Checks run by the tools before a Runner is built, so bad input fails at once and clearly.
+"""Checks run by the tools before a Runner is built, so bad input fails at once, in one line
+naming the config key, the file and what to do, not after the Runner's hundreds of log lines.
 
-- :func:`check_data_roots`: every dataset a loop will read has its ``data_root`` and image folder;
-  otherwise say which config key points where, what layout is expected and how to get the data or
-  run the demo instead.
-- :func:`check_splits_not_empty`: every split a loop will read has at least one sample. An empty
-  split makes mmengine fail with ``ValueError: need at least one array to concatenate`` (while
-  serialising the empty data list), which names neither the split nor the folder.
-- :func:`check_work_dir`: the work_dir can be created and written. mmengine would otherwise fail
-  inside ``Runner.__init__`` with a bare ``PermissionError``/``NotADirectoryError`` traceback, or,
-  for a folder that is read-only only for files, at the first checkpoint, hours later.
-- :func:`check_model_types`: every ``type=`` in ``cfg.model`` is registered in the ``MODELS`` of the
-  library ``cfg.default_scope`` names (mmseg or mmpretrain); otherwise name the key path and the
-  closest registered names.
-- :func:`check_checkpoint` / :func:`check_config_checkpoints`: a checkpoint to load is a readable
-  checkpoint file holding data only (:mod:`.checkpoint`); otherwise name it (before the Runner
-  logs its environment and config, hundreds of lines); a missing pretrained file is refused in
-  one line saying where to get it, unless ``tools/train.py --from-scratch`` drops them.
-
-The free space for a checkpoint is checked once the model exists, by
-:class:`~afno_seg.engine.checkpoint_hook.AtomicCheckpointHook`.
+mmengine alone fails on these with messages that name neither split nor folder (an empty split:
+``ValueError: need at least one array to concatenate``), with a bare ``PermissionError`` traceback
+inside ``Runner.__init__`` (an unwritable work_dir; or, writable for folders only, at the first
+checkpoint, hours later), or with a registry ``KeyError`` (a misspelt ``type``). The checkpoints a
+run will load are checked as data (:mod:`.checkpoint`), and a missing pretrained file is refused
+unless ``tools/train.py --from-scratch`` drops them. Free space is checked once the model exists
+(:class:`~.checkpoint_hook.AtomicCheckpointHook`).
 """
 import difflib
 import inspect
