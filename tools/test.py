@@ -12,7 +12,7 @@ format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing me
 confusion matrix, the worst images by mIoU (image, ground truth, prediction, errors).
 ``--mixer SPEC`` as in tools/train.py (a config a ``--mixer`` training wrote into its work_dir
 needs no switch). ``--precision fp16|bf16`` evaluates under that autocast (on a CPU too),
-``auto`` as the config's ``test_cfg.fp16`` says (bf16 or fp32 on a CPU, as tools/train.py).
+``auto`` as the config's ``test_cfg.fp16`` says on CUDA, fp32 on a CPU (as tools/train.py).
 """
 import argparse
 import os

@@ -5,11 +5,9 @@ from . import random_state  # noqa: F401  (registers RandomStateHook)
 from .atomic_io import AtomicLocalBackend, SaveError, atomic_write, remove_stale_temp_files
 from .checkpoint import CheckpointError
 from .checkpoint_hook import AtomicCheckpointHook, DiskSpaceError, estimate_checkpoint_bytes
-from .device import adapt_config_to_device
 from .errors import UserError
 from .numerics import NonFiniteLossError, NonFiniteLossHook
-from .optim_wrapper import CPUAutocastOptimWrapper
-from .precision import PRECISIONS, apply_precision
+from .precision import PRECISIONS, CPUAutocastOptimWrapper, apply_precision
 from .preflight import (
     DataRootError,
     EmptySplitError,
@@ -18,7 +16,15 @@ from .preflight import (
     check_data_roots,
     check_model_types,
 )
-from .runner import AfnoSegRunner, build_runner, load_config, run_test, run_tool, run_train
+from .runner import (
+    AfnoSegRunner,
+    adapt_config_to_device,
+    build_runner,
+    load_config,
+    run_test,
+    run_tool,
+    run_train,
+)
 
 __all__ = [
     'adapt_config_to_device', 'AfnoSegRunner', 'apply_precision', 'atomic_write',

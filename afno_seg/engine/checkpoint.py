@@ -133,11 +133,6 @@ def _check_exists(filename: str) -> str:
     return path
 
 
-def _is_unsafe(error: Exception) -> bool:
-    return isinstance(error, pickle.UnpicklingError) and any(
-        marker in str(error) for marker in _UNSAFE_MARKERS)
-
-
 def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
     text = str(error)
     match = _GLOBAL_IN_ERROR.search(text)
@@ -182,17 +177,10 @@ def _load_safetensors(path: str, filename: str, map_location) -> dict:
 
 
 def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) -> dict:
-    """Read a checkpoint as data; the reader of every checkpoint read in the project.
-
-    Args:
-        filename (str): A local ``.pth`` (``torch.save``) or ``.safetensors`` file.
-        map_location: As ``torch.load``'s. Default: 'cpu'.
-        mmap (bool): Memory-map a ``.pth`` (the archive index and the pickled structure are
-            read, not the tensor data: :func:`check_checkpoint_file`). Default: False.
-
-    Returns:
-        The unpickled object (mmengine's checkpoint dict, or a bare state dict); for
-        ``.safetensors`` ``dict(state_dict=tensors, meta=header meta or {})``.
+    """Read a local ``.pth`` or ``.safetensors`` checkpoint as data: the unpickled object
+    (mmengine's checkpoint dict, or a bare state dict), for ``.safetensors``
+    ``dict(state_dict=tensors, meta=header meta or {})``. ``map_location`` as ``torch.load``'s;
+    ``mmap``: read the archive index and the pickled structure, not the tensor data.
 
     Raises:
         UnsafeCheckpointError: the pickle needs a global outside :data:`ALLOWED_GLOBALS`
@@ -202,16 +190,16 @@ def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) 
     path = _check_exists(filename)
     if is_safetensors(path):  # safetensors maps the file lazily anyway
         return _load_safetensors(path, filename, map_location)
-    if _trusted:
-        print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
-                  logger='current', level=logging.WARNING)
     try:
         if _trusted:
+            print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
+                      logger='current', level=logging.WARNING)
             return torch.load(path, map_location=map_location, weights_only=False)
         with torch.serialization.safe_globals(_allowlist()):
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as error:  # noqa: BLE001  RuntimeError, EOFError, ... of a broken file
-        if _is_unsafe(error) and not _trusted:
+        if (isinstance(error, pickle.UnpicklingError) and not _trusted
+                and any(marker in str(error) for marker in _UNSAFE_MARKERS)):
             raise _refusal(filename, error) from None
         if mmap:  # e.g. torch's legacy non-zip format cannot be mapped: the full load decides
             return load_checkpoint_file(filename, map_location)

@@ -28,14 +28,8 @@ DEFAULT_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1')
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped on a signal after a complete iteration (and its checkpoint).
-
-    Args:
-        signal_name (str): The signal that asked for the stop (``'SIGTERM'``, ...).
-        iteration (int): The last completed iteration.
-        checkpoint (str | None): The checkpoint holding that iteration, or None when none was
-            written (epoch-based training).
-    """
+    """Training stopped on ``signal_name`` after ``iteration``, saved in ``checkpoint`` (None when
+    none was written)."""
 
     def __init__(self, signal_name: str, iteration: int, checkpoint: str | None) -> None:
         self.signal_name, self.iteration, self.checkpoint = signal_name, iteration, checkpoint
@@ -55,15 +49,13 @@ class StopSignals:
     """Record the first stop signal; exit at once on a later one.
 
     One instance is installed at a time: installing another uninstalls the first (a run that
-    ended with an exception before it could uninstall leaves no handlers behind). Use
-    :meth:`install` / :meth:`uninstall`, or the instance as a context manager.
+    ended with an exception before it could uninstall leaves no handlers behind).
 
     Args:
         signals (Sequence[str | int]): Signals that ask for a stop. Default: SIGTERM, SIGINT,
             SIGUSR1.
         describe_state (Callable[[], str] | None): Called (from the watcher thread) for the
-            message printed on an immediate exit, e.g. what ``last_checkpoint`` names.
-            Default: None.
+            message of an immediate exit, e.g. what ``last_checkpoint`` names. Default: None.
     """
 
     def __init__(self, signals: Sequence[str | int] = DEFAULT_SIGNALS,
@@ -113,13 +105,9 @@ class StopSignals:
         return True
 
     def uninstall(self, ignore: bool = False) -> None:
-        """Restore the previous handlers (main thread only).
-
-        Args:
-            ignore (bool): Set the signals to ``SIG_IGN`` instead, in one step (no moment with
-                the default, fatal action): for a process about to exit after a failure, whose
-                message a following SIGTERM (torchrun's) must not cut short. Default: False.
-        """
+        """Restore the previous handlers (main thread only); with ``ignore``, set ``SIG_IGN``
+        instead, in one step (no moment with the fatal default): for a process about to exit after
+        a failure, whose message a following SIGTERM (torchrun's) must not cut short."""
         if not self.installed:
             return
         signal.set_wakeup_fd(self._previous_wakeup_fd)
@@ -182,15 +170,9 @@ def installed_stop_signals() -> StopSignals | None:
 
 @contextmanager
 def stop_signals_released(ignore_on_error: bool = False) -> Iterator[None]:
-    """Around training: the installed :class:`StopSignals` (the checkpoint hook's, from
-    ``before_train``) is uninstalled when the block ends, however it ends. The hook uninstalls it
-    itself after a normal end; mmengine calls no hook when training raises.
-
-    Args:
-        ignore_on_error (bool): When the block raises, set the signals to ``SIG_IGN`` instead of
-            restoring the previous handlers (see :meth:`StopSignals.uninstall`): for a tool,
-            which exits after its one-line message. Default: False.
-    """
+    """Around training: the installed :class:`StopSignals` (the checkpoint hook's) is
+    uninstalled however the block ends (mmengine calls no hook when training raises); when it
+    raises and ``ignore_on_error``, with ``ignore`` (:meth:`StopSignals.uninstall`)."""
     failed = True
     try:
         yield

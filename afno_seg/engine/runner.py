@@ -23,7 +23,6 @@ from .checkpoint import trusted_checkpoints
 from .checkpoint_fit import CheckpointFitHook
 from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import DEFAULT_TIMEOUT_S, explain_worker_failure, guard_dataloader
-from .device import adapt_config_to_device
 from .distributed import (
     DEFAULT_COLLECTIVE_TIMEOUT_S,
     explain_collective_failure,
@@ -31,7 +30,7 @@ from .distributed import (
     record_peers,
 )
 from .errors import UserError
-from .precision import apply_test_precision
+from .precision import apply_precision, apply_test_precision
 from .preemption import (
     INTERRUPTED_EXIT_CODE,
     TrainingInterrupted,
@@ -47,7 +46,8 @@ from .preflight import (
     check_work_dir,
 )
 
-__all__ = ['AfnoSegRunner', 'build_runner', 'load_config', 'run_test', 'run_tool', 'run_train']
+__all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'load_config', 'run_test',
+           'run_tool', 'run_train']
 
 # True inside run_tool (a failure then ends the process); a context variable, so no state
 # outlives the call.
@@ -67,6 +67,34 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
         cfg.work_dir = work_dir
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config))[0])
+    return cfg
+
+
+def adapt_config_to_device(cfg: Config, distributed: bool = False,
+                           cuda_available: bool | None = None,
+                           precision: str | None = 'auto') -> Config:
+    """Rewrite ``cfg``, written for GPU clusters (8 GPUs, fp16, SyncBN), in place for the device
+    and return it, logging what changed: the precision (:func:`.apply_precision`; None: the
+    optimizer wrapper as it is, for a run that does not train), and without CUDA for distributed
+    runs gloo and mmengine's DDP wrapper with ``device_ids=None`` (the Runner's default passes
+    ``[LOCAL_RANK]``, which DDP refuses for CPU modules). SyncBN becomes BatchNorm once the model
+    is built (:class:`AfnoSegRunner`)."""
+    if cuda_available is None:
+        cuda_available = torch.cuda.is_available()
+    if precision is not None:
+        apply_precision(cfg, precision, cuda_available)
+    if cuda_available or not distributed:
+        return cfg
+    cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+    wrapper_cfg = cfg.get('model_wrapper_cfg') or {}
+    if wrapper_cfg.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+        # What mmengine's default wrapping passes when model_wrapper_cfg is unset, less the GPU.
+        wrapper_cfg.update(type='MMDistributedDataParallel', device_ids=None)
+        wrapper_cfg.setdefault('broadcast_buffers', False)
+        wrapper_cfg.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
+        cfg.model_wrapper_cfg = wrapper_cfg
+    print_log('[afno_seg] no CUDA device: distributed backend gloo, DDP on CPU modules.',
+              logger='current', level=logging.WARNING)
     return cfg
 
 
@@ -142,14 +170,13 @@ def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -
     """Check data, work_dir, model types; adapt to the device and ``precision`` (on a CPU also
     the allocator, :mod:`.cpu_memory`), join a CPU process group, build an
     :class:`AfnoSegRunner`; ranks note each other (:func:`.record_peers`)."""
-    distributed = cfg.launcher != 'none'
     check_data_roots(cfg, loaders)
     check_splits_not_empty(cfg, loaders)
     check_work_dir(cfg.work_dir)
     check_model_types(cfg)
-    training = 'train_dataloader' in loaders  # a test run builds no optimizer wrapper
-    adapt_config_to_device(cfg, distributed=distributed,
-                           precision=precision if training else None)
+    # a test run builds no optimizer wrapper
+    adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',
+                           precision=precision if 'train_dataloader' in loaders else None)
     if not torch.cuda.is_available():
         cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
         if cfg.launcher == 'pytorch':
