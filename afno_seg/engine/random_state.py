@@ -75,7 +75,7 @@ class RandomStateHook(Hook):
     def before_train(self, runner) -> None:
         self._in_training = True
         world_size, rank = get_world_size(), get_rank()
-        loaded = self._loaded
+        loaded, randomness = self._loaded, runner.cfg.get('randomness') or {}
         if loaded is not None and runner.iter > 0 and runner.iter == self._loaded_iter:
             if len(loaded['data_start']) == world_size:
                 self._data_start = loaded['data_start']
@@ -85,14 +85,13 @@ class RandomStateHook(Hook):
                     f'rng_state holds data-stream states of {len(loaded["data_start"])} '
                     f'processes, this run has {world_size}: Python/NumPy states not restored.')
                 self._data_start = []
-            diff_rank_seed = (runner.cfg.get('randomness') or {}).get('diff_rank_seed', False)
-            if world_size > 1 and diff_rank_seed:
+            if world_size > 1 and randomness.get('diff_rank_seed', False):
                 runner.logger.warning('diff_rank_seed=True with several processes: the torch '
                                       'generator state is not restored (it differs per rank).')
             else:
                 self._pending_torch = {k: v for k, v in loaded.items() if k in ('torch', 'cuda')}
             runner.logger.info(f'restored random generator states of iteration {runner.iter}')
-            if (runner.cfg.get('randomness') or {}).get('seed') is None:
+            if randomness.get('seed') is None:
                 runner.logger.warning(
                     'randomness.seed is not set: mmengine re-seeds on resume only after the data '
                     'samplers were built with a new random seed, so the sample order from here on '

@@ -112,18 +112,13 @@ class _ReleasesStopSignals:
 
 @RUNNERS.register_module()
 class AfnoSegRunner(_ReleasesStopSignals, Runner):
-    """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``).
-
-    - ``train()`` releases the stop signals however it ends (:class:`_ReleasesStopSignals`);
-    - without CUDA, SyncBN layers become BatchNorm (SyncBN has no CPU kernel for a process group);
-    - data loaders with workers get a ``timeout`` (:data:`.dataloader_faults.DEFAULT_TIMEOUT_S`
-      unless the config sets one, 0 turning it off) and a :class:`.dataloader_faults.WorkerGuard`;
-    - with ``compile=True`` the optimizer step stays out of the compiled graph: traced, it fails
-      in torch 2.14 on mmengine's ``ConfigDict`` param groups, and a learning rate that changes
-      every iteration would recompile it every iteration. mmengine compiles the whole
-      ``train_step`` with no switch to leave a part out, so the wrapper's ``update_params`` is
-      marked ``torch.compiler.disable``.
-    """
+    """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``): ``train()``
+    releases the stop signals however it ends; without CUDA SyncBN runs as BatchNorm (no CPU
+    kernel); loaders with workers get a ``timeout`` (unless the config sets one; 0: none) and a
+    :class:`~.dataloader_faults.WorkerGuard`; with ``compile=True`` the wrapper's
+    ``update_params`` is ``torch.compiler.disable``-d: mmengine compiles the whole
+    ``train_step``, and traced, the optimizer step fails in torch 2.14 on mmengine's
+    ``ConfigDict`` param groups, and a learning rate changing every iteration would recompile."""
 
     def build_model(self, model):
         model = super().build_model(model)
@@ -237,18 +232,14 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
 
 
 def run_tool(main: Callable[[], None]) -> int:
-    """Run a tool's main and return its exit status.
+    """Run a tool's main and return its exit status: 1 with the message alone on stderr for a
+    :class:`UserError`, a dead or stuck data-loader worker or a dead rank; 75 for a stop signal
+    (:class:`~.preemption.TrainingInterrupted`, logged by the checkpoint hook).
 
-    - a :class:`UserError`, a dead or stuck data-loader worker, or a collective that failed
-      because a rank died: its message alone on stderr (no traceback), status 1;
-    - :class:`~.preemption.TrainingInterrupted` (a stop signal; the checkpoint hook has logged
-      it): status :data:`~.preemption.INTERRUPTED_EXIT_CODE` (75).
-
-    In a torchrun child the process then leaves without interpreter finalization (after flushing
-    output and logs): gloo's threads, still referenced by DDP objects that only the garbage
-    collector frees, could otherwise abort the rank at exit ("terminate called without an active
-    exception", SIGABRT) after its work is done.
-    """
+    A torchrun child then leaves without interpreter finalization (output and logs flushed):
+    gloo's threads, still referenced by DDP objects only the garbage collector frees, could
+    otherwise abort the finished rank at exit (SIGABRT, "terminate called without an active
+    exception")."""
     code, peers_lost = 0, False
     token = _IN_TOOL.set(True)
     try:
