@@ -19,9 +19,9 @@ import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.engine.dataloader_faults import (
     DEFAULT_TIMEOUT_S,
     WorkerGuard,
-    _chain,
     explain_worker_failure,
 )
+from afno_seg.engine.errors import error_chain as _chain
 
 from conftest import make_runner
 

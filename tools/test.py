@@ -12,7 +12,7 @@ format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing me
 confusion matrix, the worst images by mIoU (image, ground truth, prediction, errors).
 ``--mixer SPEC`` as in tools/train.py (a config a ``--mixer`` training wrote into its work_dir
 needs no switch). ``--precision fp16|bf16`` evaluates under that autocast (on a CPU too),
-``auto`` as the config's ``test_cfg.fp16`` says (bf16 or fp32 on a CPU, as tools/train.py).
+``auto`` as the config's ``test_cfg.fp16`` says on CUDA, fp32 on a CPU (as tools/train.py).
 """
 import argparse
 import os
@@ -21,15 +21,10 @@ import sys
 from mmengine.config import DictAction
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
-from afno_seg.decode_heads import use_low_res_fusion
 from afno_seg.deployment import report  # noqa: F401  (registers SegReportMetric)
 from afno_seg.deployment.startup import quiet_known_warnings
-from afno_seg.engine import PRECISIONS, UserError, build_runner, load_config, run_tool
-from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
-from afno_seg.engine.checkpoint_fit import CheckpointFitHook
-from afno_seg.engine.precision import apply_test_precision
-from afno_seg.engine.preflight import check_checkpoint
-from afno_seg.mixer_switch import resolve_config_path, switch_mixer
+from afno_seg.engine import PRECISIONS, UserError, run_test, run_tool
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP
 
 
 def parse_args(argv=None):
@@ -87,41 +82,33 @@ def trigger_visualization_hook(cfg, args) -> None:
 def main(argv=None) -> None:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
-    if not args.trust_checkpoint:
-        check_checkpoint(args.checkpoint)  # a bad/unsafe file named at once, before the Runner
-    cfg = switch_mixer(load_config(resolve_config_path(args.config), args.launcher,
-                                   args.cfg_options, args.work_dir), args.mixer, pretrained=False,
-                       default_work_dir=args.work_dir is None)
-    cfg.load_from = args.checkpoint
-    use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
-    if args.show or args.show_dir:
-        trigger_visualization_hook(cfg, args)
-    if args.tta:
-        if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
-            raise UserError(f'--tta needs tta_model and tta_pipeline in {args.config}')
-        cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
-        cfg.tta_model.module = cfg.model
-        cfg.model = cfg.tta_model
-    if args.out is not None:
-        cfg.test_evaluator['output_dir'] = args.out
-        cfg.test_evaluator['keep_results'] = True
-    if args.format_only is not None:
-        cfg.test_evaluator = dict(type='CityscapesMetric', format_only=True,
-                                  output_dir=args.format_only, keep_results=True)
-    apply_test_precision(cfg, args.precision)
-    if args.report is not None:
+
+    def apply_flags(cfg) -> None:
+        if args.show or args.show_dir:
+            trigger_visualization_hook(cfg, args)
+        if args.tta:
+            if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+                raise UserError(f'--tta needs tta_model and tta_pipeline in {args.config}')
+            cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+            cfg.tta_model.module = cfg.model
+            cfg.model = cfg.tta_model
+        if args.out is not None:
+            cfg.test_evaluator['output_dir'] = args.out
+            cfg.test_evaluator['keep_results'] = True
         if args.format_only is not None:
-            raise UserError('--report needs ground truth: it cannot go with --format-only')
-        evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [
-            cfg.test_evaluator]
-        cfg.test_evaluator = [*evaluators, dict(type='SegReportMetric', out_dir=args.report,
-                                                title=f'{args.config} {args.checkpoint}')]
-    runner = build_runner(cfg, ['test_dataloader'])
-    # a checkpoint that does not fit the model is refused, not evaluated with random weights
-    runner.register_hook(CheckpointFitHook(strict=True,
-                                           new_prefixes=cfg.get('checkpoint_new_keys', ())))
-    with trusted_checkpoints(args.trust_checkpoint):
-        runner.test()
+            cfg.test_evaluator = dict(type='CityscapesMetric', format_only=True,
+                                      output_dir=args.format_only, keep_results=True)
+        if args.report is not None:
+            if args.format_only is not None:
+                raise UserError('--report needs ground truth: it cannot go with --format-only')
+            evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [
+                cfg.test_evaluator]
+            cfg.test_evaluator = [*evaluators, dict(type='SegReportMetric', out_dir=args.report,
+                                                    title=f'{args.config} {args.checkpoint}')]
+
+    run_test(args.config, args.checkpoint, args.work_dir, args.cfg_options, launcher=args.launcher,
+             precision=args.precision, mixer=args.mixer, trust=args.trust_checkpoint,
+             edit=apply_flags)
 
 
 if __name__ == '__main__':

@@ -26,12 +26,8 @@ from mmengine.logging import print_log
 
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.deployment.startup import quiet_known_warnings
-from afno_seg.engine import PRECISIONS, UserError, build_runner, load_config, run_tool
-from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
-from afno_seg.engine.checkpoint_fit import CheckpointFitHook
-from afno_seg.engine.preemption import restart_count
-from afno_seg.engine.preflight import check_config_checkpoints
-from afno_seg.mixer_switch import resolve_config_path, switch_mixer
+from afno_seg.engine import PRECISIONS, UserError, run_tool, run_train
+from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP
 
 
 def parse_args(argv=None):
@@ -73,12 +69,12 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
-    cfg = switch_mixer(load_config(resolve_config_path(args.config), args.launcher,
-                                   args.cfg_options, args.work_dir), args.mixer,
-                       default_work_dir=args.work_dir is None)
-    if args.amp and args.precision == 'fp32':
-        raise UserError('--amp asks for mixed precision, --precision fp32 for none: pick one')
-    if args.amp:
+
+    def amp(cfg) -> None:
+        if args.amp and args.precision == 'fp32':
+            raise UserError('--amp asks for mixed precision, --precision fp32 for none: pick one')
+        if not args.amp:
+            return
         optim_wrapper = cfg.optim_wrapper.type
         if optim_wrapper == 'AmpOptimWrapper':
             print_log('AMP training is already enabled in your config.', logger='current',
@@ -89,20 +85,10 @@ def main(argv=None) -> None:
         else:
             raise UserError(f'--amp needs optim_wrapper.type OptimWrapper, but {args.config} '
                             f'has {optim_wrapper}.')
-    restarted = restart_count()
-    if restarted and not args.resume:
-        launcher, count = restarted
-        print_log(f'restart {count} by {launcher}: resuming from the checkpoint that '
-                  f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
-                  level=logging.WARNING)
-    cfg.resume = args.resume or restarted is not None
-    # pretrained files present (or dropped: --from-scratch); load_from, resumed, pretrained safe
-    check_config_checkpoints(cfg, cfg.resume, args.from_scratch, args.trust_checkpoint)
-    loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
-    runner = build_runner(cfg, loaders, args.precision)
-    runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
-    with trusted_checkpoints(args.trust_checkpoint):
-        runner.train()
+
+    run_train(args.config, args.work_dir, args.cfg_options, launcher=args.launcher,
+              resume=args.resume, precision=args.precision, mixer=args.mixer,
+              from_scratch=args.from_scratch, trust=args.trust_checkpoint, edit=amp)
 
 
 if __name__ == '__main__':

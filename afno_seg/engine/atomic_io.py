@@ -1,28 +1,14 @@
 """Atomic local file writes, so a killed or failed save never leaves a partial checkpoint.
 
-mmengine 0.10.7 saves a checkpoint by ``torch.save`` into memory and then
-``get_file_backend(path).put(bytes, path)``; for a local path that is ``LocalBackend.put``, an
-``open(path, 'wb')`` + ``write``. A job killed during that write (pre-emption, OOM killer, a
-wall-clock limit) leaves a truncated ``iter_N.pth`` under the final name, and a full disk does
-the same; ``--resume`` then fails on it, or worse, an older complete checkpoint was already
-deleted to make room for it.
-
-:class:`AtomicLocalBackend` replaces mmengine's local backend (through the public
-``mmengine.fileio.register_backend(..., force=True)``, on import of :mod:`afno_seg`) with one
-whose ``put``/``put_text`` write the classic way:
-
-1. write a hidden temporary file in the destination folder (same file system, so step 3 is a
-   rename, not a copy): ``.<name>.<pid>.<8 hex>.tmp``;
-2. ``flush`` and ``fsync`` it, so its bytes are on disk before the name can point to it;
-3. ``os.replace`` it onto the final name (atomic on POSIX: readers see the old file or the new
-   one, never a mix);
-4. ``fsync`` the folder, so the rename itself survives a power cut.
-
-Any ``OSError`` on the way (``ENOSPC``, ``EDQUOT``, ``EACCES``, ``EROFS``, ...) removes the
-temporary file, leaves the previous file under the final name untouched, and raises
-:class:`SaveError` naming the path, the size and the cause. A SIGKILL can only leave a temporary
-file behind (no code runs); :func:`remove_stale_temp_files` clears those, and
-:class:`~afno_seg.engine.checkpoint_hook.AtomicCheckpointHook` calls it before training.
+mmengine 0.10.7 saves a checkpoint with ``get_file_backend(path).put(bytes, path)``, for a local
+path an ``open(path, 'wb')`` + ``write``: a job killed during it, or a full disk, leaves a
+truncated ``iter_N.pth`` under the final name. :class:`AtomicLocalBackend` replaces mmengine's
+local backend (``register_backend(..., force=True)`` on import of :mod:`afno_seg`); its writes
+go to a hidden temporary file in the same folder, are ``fsync``-ed, ``os.replace``-d onto the
+name (atomic on POSIX) and the folder is ``fsync``-ed. An ``OSError`` on the way removes the
+temporary file, leaves the previous file intact and raises :class:`SaveError` naming the path,
+the size and the cause. A SIGKILL can leave only a temporary file, which
+:func:`remove_stale_temp_files` clears.
 """
 import os
 import os.path as osp
@@ -33,6 +19,7 @@ from pathlib import Path
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.fileio import io as fileio_io
 
+from .distributed import process_running
 from .errors import UserError
 
 __all__ = ['AtomicLocalBackend', 'SaveError', 'atomic_write', 'format_size',
@@ -45,16 +32,8 @@ class SaveError(UserError):
     """A file (checkpoint, ``last_checkpoint``) could not be written; the message names it."""
 
 
-def _temp_path(path: str) -> str:
-    folder, name = osp.split(path)
-    return osp.join(folder, f'.{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp')
-
-
 def _write_all(file, data: bytes, path: str) -> None:
-    """Write ``data`` for ``path`` to the open temporary ``file``.
-
-    A seam: the tests replace it to make a save slow (to kill it half-way) or fail with ENOSPC.
-    """
+    """A seam: the tests replace it to make a save slow (to kill it half-way) or fail."""
     file.write(data)
 
 
@@ -80,25 +59,16 @@ def format_size(num_bytes: float) -> str:
 
 
 def atomic_write(data: bytes | str, path: str | Path, encoding: str = 'utf-8') -> None:
-    """Write ``data`` to ``path`` so that ``path`` holds either its old content or all of ``data``.
-
-    Args:
-        data (bytes | str): The content; ``str`` is encoded with ``encoding``.
-        path (str | Path): Destination; its folder is created if missing.
-        encoding (str): Encoding of ``str`` data. Default: 'utf-8'.
-
-    Raises:
-        SaveError: on any ``OSError``; the message names ``path`` and the cause, and the previous
-            content of ``path`` (if any) is intact.
-    """
+    """Write ``data`` (``str``: encoded) to ``path`` (its folder created if missing) so that
+    ``path`` holds either its old content or all of ``data``; :class:`SaveError` otherwise."""
     path = osp.abspath(os.fspath(path))
     if isinstance(data, str):
         data = data.encode(encoding)
-    folder = osp.dirname(path)
+    folder, name = osp.split(path)
     temp = None
     try:
         os.makedirs(folder, exist_ok=True)
-        temp = _temp_path(path)
+        temp = osp.join(folder, f'.{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp')
         # O_EXCL: never reuse someone else's file; 0o666 & ~umask, the mode open() would give.
         descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(descriptor, 'wb') as file:
@@ -123,16 +93,6 @@ def atomic_write(data: bytes | str, path: str | Path, encoding: str = 'utf-8') -
     _fsync_folder(folder)
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def remove_stale_temp_files(folder: str | Path) -> list[str]:
     """Delete temporary files that a killed :func:`atomic_write` left in ``folder``.
 
@@ -145,7 +105,7 @@ def remove_stale_temp_files(folder: str | Path) -> list[str]:
         return removed
     for name in os.listdir(folder):
         match = _TEMP_NAME.match(name)
-        if match and not _running(int(match['pid'])):
+        if match and not process_running(int(match['pid'])):
             with suppress(OSError):
                 os.remove(osp.join(folder, name))
                 removed.append(osp.join(folder, name))

@@ -1,36 +1,23 @@
 """Checkpoints are data, never code: the one loader behind every checkpoint read of the project.
 
-A ``.pth`` file is a pickle, and a pickle can call any function while it is read (a dict holding
-one object whose ``__reduce__`` returns ``(os.system, ('...',))`` runs that command). So every
-read goes through :func:`load_checkpoint_file`:
-
-- ``.pth`` (``torch.save``): ``torch.load(weights_only=True)`` plus, scoped to that one call with
-  ``torch.serialization.safe_globals``, exactly the globals that mmengine 0.10.7 / mmseg /
-  mmpretrain write into their checkpoints (:data:`ALLOWED_GLOBALS`: mmengine's ``HistoryBuffer``
-  in the message hub, NumPy arrays, scalars and dtypes in the message hub and the RNG state).
-  They were found by saving real training checkpoints and listing
-  ``torch.serialization.get_unsafe_globals_in_checkpoint``; each only rebuilds data. Nothing is
-  added to torch's global allowlist (``add_safe_globals`` is never called).
-- ``.safetensors``: tensors only by construction; the ``meta`` dict (config, classes, palette)
-  is JSON in the header (``tools/publish_model.py`` writes both kinds).
-
-A file that needs any other global is refused before it is unpickled further: one line naming the
-file, the first global it would have imported, and the opt-in. The opt-in is per command:
-``--trust-checkpoint`` on a tool enters :func:`trusted_checkpoints`, under which files load with
-``weights_only=False`` (as mmengine did before torch 2.6), each with one warning naming it.
-Nothing persists beyond the ``with`` block.
-
-Importing the package registers :func:`load_local_checkpoint` for local paths with mmengine's
-public ``CheckpointLoader.register_scheme`` (so ``Runner`` ``load_from``/``resume`` and mmseg's
-``init_model``/``MMSegInferencer`` use it); it is never less safe than plain ``torch.load``: the
-same restricted unpickler with the data classes above, and it refuses what torch refuses.
+A ``.pth`` file is a pickle, and a pickle can call any function while it is read.
+:func:`load_checkpoint_file` reads it with ``torch.load(weights_only=True)`` plus, scoped to that
+call, exactly the globals that mmengine 0.10.7, mmseg and mmpretrain write into checkpoints
+(:data:`ALLOWED_GLOBALS`: found by listing ``get_unsafe_globals_in_checkpoint`` of real training
+checkpoints; each only rebuilds data; torch's global allowlist is never changed); a
+``.safetensors`` file holds tensors only, its ``meta`` dict is JSON in the header. A file that
+needs any other global is refused in one line naming it, the global and the opt-in:
+``--trust-checkpoint`` on a tool enters :func:`trusted_checkpoints`, under which files load as
+full pickles, each with a warning. Importing the package registers the loader for local paths
+with mmengine's ``CheckpointLoader.register_scheme``, so the Runner's ``load_from``/``resume``
+and mmseg's ``init_model`` use it (docs/security.md).
 """
 import contextlib
-import importlib
 import json
 import logging
 import os.path as osp
 import pickle
+import pkgutil
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -44,8 +31,7 @@ from .errors import UserError
 
 __all__ = ['ALLOWED_GLOBALS', 'CheckpointError', 'SAFETENSORS_META_KEY', 'TRUST_FLAG',
            'TRUST_HELP', 'UnsafeCheckpointError', 'check_checkpoint_file',
-           'load_checkpoint_file', 'load_local_checkpoint', 'read_state_dict', 'state_dict_of',
-           'trusted_checkpoints']
+           'load_checkpoint_file', 'read_state_dict', 'state_dict_of', 'trusted_checkpoints']
 
 TRUST_FLAG = '--trust-checkpoint'
 #: Key of the JSON-encoded ``meta`` dict in a ``.safetensors`` header's ``__metadata__``.
@@ -107,28 +93,12 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint whose pickle needs a global outside :data:`ALLOWED_GLOBALS`."""
 
 
-def _resolve(target: str):
-    """``'module:attribute.path'`` -> the object, or None; ``numpy._core`` is ``numpy.core``
-    under NumPy 1."""
-    module, _, attribute = target.partition(':')
-    for path in dict.fromkeys((attribute, attribute.replace('_core.', 'core.', 1))):
-        obj = importlib.import_module(module)
-        for part in path.split('.'):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                break
-        if obj is not None:
-            return obj
-    return None
-
-
 def _allowlist() -> list[tuple[Callable, str]]:
     """``(object, pickled name)`` pairs for ``torch.serialization.safe_globals``."""
     pairs = [(_history_buffer_method, 'builtins.getattr')]
     for name, target in ALLOWED_GLOBALS.items():
-        obj = _resolve(target)
-        if obj is not None:  # e.g. a dtype class this NumPy does not have
-            pairs.append((obj, name))
+        with contextlib.suppress(AttributeError):  # e.g. a dtype class this NumPy does not have
+            pairs.append((pkgutil.resolve_name(target), name))
     return pairs
 
 
@@ -161,11 +131,6 @@ def _check_exists(filename: str) -> str:
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint file not found: {filename}')
     return path
-
-
-def _is_unsafe(error: Exception) -> bool:
-    return isinstance(error, pickle.UnpicklingError) and any(
-        marker in str(error) for marker in _UNSAFE_MARKERS)
 
 
 def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
@@ -212,17 +177,10 @@ def _load_safetensors(path: str, filename: str, map_location) -> dict:
 
 
 def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) -> dict:
-    """Read a checkpoint as data; the reader of every checkpoint read in the project.
-
-    Args:
-        filename (str): A local ``.pth`` (``torch.save``) or ``.safetensors`` file.
-        map_location: As ``torch.load``'s. Default: 'cpu'.
-        mmap (bool): Memory-map a ``.pth`` (the archive index and the pickled structure are
-            read, not the tensor data: :func:`check_checkpoint_file`). Default: False.
-
-    Returns:
-        The unpickled object (mmengine's checkpoint dict, or a bare state dict); for
-        ``.safetensors`` ``dict(state_dict=tensors, meta=header meta or {})``.
+    """Read a local ``.pth`` or ``.safetensors`` checkpoint as data: the unpickled object
+    (mmengine's checkpoint dict, or a bare state dict), for ``.safetensors``
+    ``dict(state_dict=tensors, meta=header meta or {})``. ``map_location`` as ``torch.load``'s;
+    ``mmap``: read the archive index and the pickled structure, not the tensor data.
 
     Raises:
         UnsafeCheckpointError: the pickle needs a global outside :data:`ALLOWED_GLOBALS`
@@ -232,16 +190,16 @@ def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) 
     path = _check_exists(filename)
     if is_safetensors(path):  # safetensors maps the file lazily anyway
         return _load_safetensors(path, filename, map_location)
-    if _trusted:
-        print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
-                  logger='current', level=logging.WARNING)
     try:
         if _trusted:
+            print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
+                      logger='current', level=logging.WARNING)
             return torch.load(path, map_location=map_location, weights_only=False)
         with torch.serialization.safe_globals(_allowlist()):
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as error:  # noqa: BLE001  RuntimeError, EOFError, ... of a broken file
-        if _is_unsafe(error) and not _trusted:
+        if (isinstance(error, pickle.UnpicklingError) and not _trusted
+                and any(marker in str(error) for marker in _UNSAFE_MARKERS)):
             raise _refusal(filename, error) from None
         if mmap:  # e.g. torch's legacy non-zip format cannot be mapped: the full load decides
             return load_checkpoint_file(filename, map_location)
@@ -281,9 +239,4 @@ def read_state_dict(filename: str, prefix: str | None = None) -> 'OrderedDict[st
     return state_dict_of(load_checkpoint_file(filename), prefix)
 
 
-def load_local_checkpoint(filename: str, map_location=None):
-    """mmengine ``CheckpointLoader`` scheme for local paths: :func:`load_checkpoint_file`."""
-    return load_checkpoint_file(filename, map_location=map_location)
-
-
-CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint, force=True)
+CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_file, force=True)

@@ -1,16 +1,13 @@
 """Does a checkpoint fit the model? The one check of every state dict loaded into a model.
 
-mmengine loads with ``strict=False`` and warns: a wrong file (another mixer's checkpoint, an empty
-state dict) then runs with random weights and produces confident-looking garbage. One comparison,
-:func:`fit_report` (names and shapes, no tensor data), serves every route: evaluation, inference,
-export and analysis need every tensor and no other (:func:`load_weights`,
-:class:`CheckpointFitHook`; a config may list prefixes expected new in ``checkpoint_new_keys``);
-a pretrained backbone, after its key remap (as timm pairs a ``checkpoint_filter_fn`` with one
-builder), needs every tensor outside its token mixers, which are found by type
-(:func:`mixer_prefixes`) and load where name and shape match (:func:`load_state`); fine-tuning
-(``load_from``) loads what fits, with one line (:func:`log_fit`). A refusal is one message
-(:class:`CheckpointMismatchError`): counts, missing groups, what mixer tensors the file holds
-instead, and the config it was trained with when its meta has it.
+mmengine loads with ``strict=False`` and warns, so a wrong file (another mixer's checkpoint, an
+empty state dict) runs with random weights. One comparison of names and shapes,
+:func:`fit_report`, serves every route: evaluation, inference, export and analysis need every
+tensor and no other (:func:`load_weights`, :class:`CheckpointFitHook`; a config may list prefixes
+expected new in ``checkpoint_new_keys``); a pretrained backbone, after its key remap, loads where
+name and shape match (:func:`load_state`); fine-tuning loads what fits, with one line
+(:func:`log_fit`). A refusal (:class:`CheckpointMismatchError`) names counts, missing groups, the
+mixer tensors the file holds instead, and the config it was trained with when its meta has it.
 """
 import logging
 import re
@@ -19,6 +16,7 @@ from dataclasses import dataclass, field
 
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
+from mmengine.model import BaseTTAModel, is_model_wrapper
 from torch import nn
 
 from .checkpoint import load_checkpoint_file, state_dict_of
@@ -101,10 +99,8 @@ def compact(keys) -> str:
 
 
 def trained_with(meta: dict) -> str:
-    """``' It was trained with NAME (mixers A, B).'`` from mmengine's meta, if it has the config.
-
-    The config text is read with a regular expression, never executed: it came with the file.
-    """
+    """``' It was trained with NAME (mixers A, B).'`` from mmengine's meta, if it has the config
+    (its text read with a regular expression, never executed: it came with the file)."""
     if not isinstance(meta, dict):
         return ''
     name, text = meta.get('experiment_name'), meta.get('cfg')
@@ -191,25 +187,13 @@ def load_state(model: nn.Module, checkpoint, source: str, new_prefixes=(),
 
 
 def load_weights(model: nn.Module, checkpoint: str, new_prefixes=(), loaded=None) -> dict:
-    """Read ``checkpoint`` as data (:func:`~.checkpoint.load_checkpoint_file`; or take the
-    already ``loaded`` dict) and :func:`load_state` it, strictly, without a log line.
-
-    For evaluation, inference, export and analysis: they never run with randomly initialised
-    weights. Returns the checkpoint dict (its ``meta``).
-    """
+    """Read ``checkpoint`` as data (or take the already ``loaded`` dict), :func:`load_state` it
+    strictly, without a log line, and return it (its ``meta``): evaluation, inference, export
+    and analysis never run with randomly initialised weights."""
     if loaded is None:
         loaded = load_checkpoint_file(checkpoint, map_location='cpu')
     load_state(model, loaded, checkpoint, new_prefixes, log=False)
     return loaded
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    from mmengine.model import BaseTTAModel, is_model_wrapper
-    if is_model_wrapper(model):
-        model = model.module
-    if isinstance(model, BaseTTAModel):
-        model = model.module
-    return model
 
 
 class CheckpointFitHook(Hook):
@@ -228,7 +212,9 @@ class CheckpointFitHook(Hook):
         self.new_prefixes = tuple(new_prefixes or ())
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        model = _unwrap(runner.model)
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        if isinstance(model, BaseTTAModel):
+            model = model.module
         filename = runner._load_from or 'checkpoint'
         if self.strict:
             check_fit(model, checkpoint, filename, self.new_prefixes)

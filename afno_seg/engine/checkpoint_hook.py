@@ -1,37 +1,17 @@
-"""``AtomicCheckpointHook``: mmengine's CheckpointHook with a crash-safe order of writes.
+"""``AtomicCheckpointHook``: mmengine's CheckpointHook with a crash-safe order of writes, a save on
+a stop signal and a save on a clock.
 
-mmengine 0.10.7's ``CheckpointHook._save_checkpoint_with_step``
-
-1. deletes the oldest kept checkpoint (when ``max_keep_ckpts`` is reached),
-2. writes the new ``iter_N.pth`` (through the file backend),
-3. writes ``last_checkpoint`` with a plain ``open(..., 'w')`` (not through the backend).
-
-Killed between 1 and 2 with ``max_keep_ckpts=1``, the work_dir has no checkpoint at all and
-``last_checkpoint`` names a deleted file; killed during 3, ``last_checkpoint`` is empty and
-``--resume`` reads ``''``. This hook writes the new checkpoint first (atomically, see
-:mod:`~afno_seg.engine.atomic_io`), then ``last_checkpoint`` (atomically), and only then deletes
-outdated checkpoints, so at every instant ``last_checkpoint`` names a complete file.
-
-Before training it also removes temporary files left by a killed save, checks that the output
-folder has room for one more checkpoint (estimated from the model and optimizer) and warns when it
-cannot hold all the checkpoints the run will keep.
-
-It also saves when training is asked to stop and on a clock:
-
-* **Stop signals** (SIGTERM, SIGINT, SIGUSR1; see :mod:`~afno_seg.engine.preemption`): after the
-  iteration during which a signal reached any rank, every rank agrees on it (one all-reduce of two
-  numbers per iteration, which also carries the clock decision below), a checkpoint of that
-  iteration is saved like a periodic one (``last_checkpoint`` names it), one line is logged and
-  :class:`~afno_seg.engine.preemption.TrainingInterrupted` ends training (``tools/train.py``
-  exits with status 75). Iteration-based training only; ``stop_signals=()`` turns it off.
-* **Every** ``interval_minutes`` of wall-clock time since the last save, in addition to every
-  ``interval`` iterations, so a kill without warning loses minutes of work, not a whole
-  iteration interval.
-
-Enable it in a config::
-
-    default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook', by_epoch=False,
-                                         interval=16000, interval_minutes=30, max_keep_ckpts=2))
+mmengine 0.10.7's ``CheckpointHook`` deletes the oldest kept checkpoint, then writes the new one,
+then ``last_checkpoint`` with a plain ``open(..., 'w')``: killed in between, the work_dir may have
+no checkpoint at all, or a ``last_checkpoint`` naming a deleted file or nothing. This hook writes
+the new checkpoint (atomically, :mod:`.atomic_io`), then ``last_checkpoint`` (atomically), and
+only then deletes outdated checkpoints. Before training it removes temporary files of a killed
+save and checks that the output folder has room for one more checkpoint (and warns when not for
+all the run keeps). After the iteration in which a stop signal (:mod:`.preemption`) reached any
+rank, or ``interval_minutes`` after the last save, every rank agrees on it (one all-reduce) and a
+checkpoint is saved; on a signal training then ends with
+:class:`~.preemption.TrainingInterrupted` (``tools/train.py`` exits with status 75).
+docs/reliability.md has the config and the measured behaviour.
 """
 import os.path as osp
 import shutil
@@ -40,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 import torch
-from mmengine.dist import all_reduce, get_world_size, is_main_process
+from mmengine.dist import all_reduce, is_main_process
 from mmengine.hooks import CheckpointHook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
@@ -71,11 +51,8 @@ def _optimizer_state_factor(optimizer: torch.optim.Optimizer) -> int:
 
 def estimate_checkpoint_bytes(model: torch.nn.Module, optim_wrapper=None,
                               save_optimizer: bool = True) -> dict[str, int]:
-    """Estimate the size of one checkpoint: weights + buffers, optimizer state, overhead.
-
-    Returns:
-        dict: ``{'model': ..., 'optimizer': ..., 'overhead': ..., 'total': ...}`` in bytes.
-    """
+    """Estimate the size of one checkpoint in bytes: ``{'model': weights and buffers,
+    'optimizer': its state, 'overhead': ..., 'total': ...}``."""
     if is_model_wrapper(model):
         model = model.module
     model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()
@@ -83,15 +60,12 @@ def estimate_checkpoint_bytes(model: torch.nn.Module, optim_wrapper=None,
     optimizer_bytes = 0
     if save_optimizer and optim_wrapper is not None:
         wrappers = optim_wrapper.values() if hasattr(optim_wrapper, 'values') else [optim_wrapper]
-        for wrapper in wrappers:
-            optimizer = wrapper.optimizer
-            factor = _optimizer_state_factor(optimizer)
-            optimizer_bytes += factor * sum(
+        for optimizer in (wrapper.optimizer for wrapper in wrappers):
+            optimizer_bytes += _optimizer_state_factor(optimizer) * sum(
                 p.numel() * p.element_size() for group in optimizer.param_groups
                 for p in group['params'] if p.requires_grad)
-    total = model_bytes + optimizer_bytes + CHECKPOINT_OVERHEAD_BYTES
-    return dict(model=model_bytes, optimizer=optimizer_bytes,
-                overhead=CHECKPOINT_OVERHEAD_BYTES, total=total)
+    return dict(model=model_bytes, optimizer=optimizer_bytes, overhead=CHECKPOINT_OVERHEAD_BYTES,
+                total=model_bytes + optimizer_bytes + CHECKPOINT_OVERHEAD_BYTES)
 
 
 def free_bytes(folder: str) -> int:
@@ -149,9 +123,6 @@ class AtomicCheckpointHook(CheckpointHook):
                 self._stop = None  # not the main thread: Python allows handlers only there
 
     def after_train(self, runner) -> None:
-        self._release_signals()
-
-    def _release_signals(self) -> None:
         if self._stop is not None:
             self._stop.uninstall()
             self._stop = None
@@ -170,24 +141,22 @@ class AtomicCheckpointHook(CheckpointHook):
         received = self._stop.received if self._stop is not None else None
         due = (self.interval_minutes is not None
                and now() - self._last_save_time >= 60 * self.interval_minutes)
-        if get_world_size() == 1:
-            return int(received or 0), due
         requests = torch.tensor([float(received or 0), float(due)])
-        all_reduce(requests, op='max')
+        all_reduce(requests, op='max')  # mmengine's: nothing to do in a single process
         return int(requests[0]), bool(requests[1])
 
     def _save_on_signal_or_clock(self, runner) -> None:
         signal_number, due = self._agreed_requests()
+        name = signal.Signals(signal_number).name if signal_number else None
         step = runner.iter + 1
-        if (signal_number or due) and self._last_saved_step != step:
-            reason = (f'stop signal {_signal_name(signal_number)}' if signal_number else
-                      f'{self.interval_minutes:g} min since the last save')
+        if (name or due) and self._last_saved_step != step:
+            reason = f'stop signal {name}' if name else (f'{self.interval_minutes:g} min since '
+                                                         'the last save')
             runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
             self._save_checkpoint(runner)
-        if signal_number and step < runner.max_iters:
+        if name and step < runner.max_iters:
             # The handlers stay until the train() of build_runner's runner sets them to
             # SIG_IGN (in a tool) or back: a repeated signal must not kill before exit 75.
-            name = _signal_name(signal_number)
             runner.logger.warning(
                 f'{name} received: training stopped after iteration {step}; '
                 f'{self.last_ckpt} holds it and last_checkpoint names it. Run the same command '
@@ -195,10 +164,7 @@ class AtomicCheckpointHook(CheckpointHook):
             raise TrainingInterrupted(name, step, self.last_ckpt)
 
     def _remaining_saves(self, runner) -> int:
-        if self.by_epoch:
-            left = runner.max_epochs - runner.epoch
-        else:
-            left = runner.max_iters - runner.iter
+        left = runner.max_epochs - runner.epoch if self.by_epoch else runner.max_iters - runner.iter
         count = max(left, 0) // max(self.interval, 1) + (1 if self.save_last else 0)
         return min(count, self.max_keep_ckpts) if self.max_keep_ckpts > 0 else count
 
@@ -251,13 +217,6 @@ class AtomicCheckpointHook(CheckpointHook):
                 self.file_backend.remove(path)
             elif self.file_backend.isdir(path):  # checkpoints saved by deepspeed are folders
                 self.file_backend.rmtree(path)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f'signal {number}'
 
 
 def _last_checkpoint_state(runner) -> str:

@@ -1,17 +1,12 @@
 """Keep freed CPU memory in the process heap, so that large tensors do not page-fault anew.
 
-Why: glibc's ``malloc`` serves every request above ``M_MMAP_THRESHOLD`` (adaptive, at most 32 MiB
-on 64-bit) with a fresh ``mmap`` and unmaps it on ``free``. Training allocates and frees the same
-large activations every step, and each first touch of fresh mapped memory is a page fault in
-which the kernel zeroes a 4 KiB page. On the development CPU a 32 MiB ``clone`` took 16 ms this
-way and 2.6 ms from memory kept in the heap; an ``rfft2`` of 64 channels on a 256 x 256 grid
-26.8 ms and 12.4 ms. The cost grows with the tensor, so it also bends every time-vs-size curve
-(``BENCHMARKS.md``). Raising the mmap threshold and the trim threshold keeps freed blocks for
-reuse instead -- the same trade as CUDA's caching allocator: the resident size stays at the
-peak instead of shrinking between steps.
-
-Only glibc has these knobs (``mallopt``); elsewhere this is a no-op that says so. Disable it with
-``AFNO_SEG_CPU_MEMORY_CACHE=0``. The setting is per process and inherited by forked workers.
+glibc's ``malloc`` serves every request above ``M_MMAP_THRESHOLD`` (adaptive, at most 32 MiB on
+64-bit) with a fresh ``mmap`` and unmaps it on ``free``; training frees and re-allocates the same
+large activations every step, and every first touch of fresh memory is a page fault in which the
+kernel zeroes a page. Raising the mmap and trim thresholds keeps freed blocks for reuse (the trade
+of CUDA's caching allocator: the resident size stays at the peak). The effect is measured in
+BENCHMARKS.md ("What made AFNO fast", item 7). glibc only; ``AFNO_SEG_CPU_MEMORY_CACHE=0`` turns
+it off. The setting is per process and inherited by forked workers.
 """
 import ctypes
 import ctypes.util
@@ -31,11 +26,8 @@ _applied = False
 
 
 def cache_freed_cpu_memory() -> bool:
-    """Serve large CPU allocations from the heap and keep freed ones there (glibc only).
-
-    Returns True when the setting is in effect for this process (also on later calls), False on
-    a libc without ``mallopt`` or when ``AFNO_SEG_CPU_MEMORY_CACHE=0``.
-    """
+    """Serve large CPU allocations from the heap and keep freed ones there; True when in effect
+    for this process, False on a libc without ``mallopt`` or with the switch off."""
     global _applied
     if _applied:
         return True

@@ -1,24 +1,12 @@
 """Data-loader workers: a dead or stuck one is an error naming it and its sample, in bounded time.
 
-What PyTorch does on its own (torch 2.x ``DataLoader`` with ``num_workers > 0``):
-
-* a worker killed by a signal (the kernel's OOM killer sends SIGKILL) raises
-  ``DataLoader worker (pid 4242) is killed by signal: Killed.`` in the main process, naming a
-  process id nobody knows, not the worker or the sample it was loading;
-* a worker that hangs (a stuck network file system, a transform in an endless loop) blocks
-  training forever: ``timeout`` defaults to 0, no limit;
-* a stop signal sent to every process of a job (Slurm signals the whole job step, torchrun a
-  worker's process group) kills the workers too (SIGUSR1's default action; SIGTERM from anyone
-  but their parent), and the main process fails with the message above instead of saving a
-  checkpoint (:mod:`~afno_seg.engine.preemption`).
-
-:func:`guard_runner_dataloaders` makes every data loader the Runner builds use a ``timeout``
-(:data:`DEFAULT_TIMEOUT_S` unless the config sets ``timeout``, 0 turning it off) and a
-:class:`WorkerGuard` around its ``worker_init_fn``, which, in each worker, records its process id
-and the index of the sample it is loading (in shared memory) and lets the main process handle
-the stop signals: SIGINT and SIGUSR1 are ignored and SIGTERM ends the worker only when its parent
-sent it (what PyTorch does on shutdown). :func:`explain_worker_failure` turns PyTorch's error
-into one line naming the loader, the worker, the sample index and its file.
+PyTorch alone names only a process id when a worker is killed (the OOM killer's SIGKILL), waits
+forever for a stuck one (``timeout=0``), and lets a stop signal sent to the whole job kill the
+workers before the main process can checkpoint. :class:`WorkerGuard` (set on every loader with
+workers by :class:`~.runner.AfnoSegRunner`, with a ``timeout``) records in shared memory which
+sample each worker loads and leaves the stop signals to the main process;
+:func:`explain_worker_failure` turns PyTorch's error into one line naming the loader, the worker,
+the sample and its file (docs/reliability.md, "Data-loader workers").
 """
 import multiprocessing
 import os
@@ -31,8 +19,9 @@ from functools import wraps
 
 import torch
 
-__all__ = ['DEFAULT_TIMEOUT_S', 'WorkerGuard', 'explain_worker_failure', 'guard_dataloader',
-           'guard_runner_dataloaders']
+from .errors import error_chain
+
+__all__ = ['DEFAULT_TIMEOUT_S', 'WorkerGuard', 'explain_worker_failure', 'guard_dataloader']
 
 DEFAULT_TIMEOUT_S = 600  # one batch; generous for a slow first read from a network file system
 _IDLE = -1.0
@@ -47,17 +36,15 @@ class WorkerGuard:
     """``worker_init_fn`` wrapper: stop signals left to the main process, sample tracking.
 
     Args:
-        num_workers (int): The loader's ``num_workers``.
-        init_fn (callable | None): The ``worker_init_fn`` to call after (mmengine's seeding).
-            Default: None.
+        loader (DataLoader): The loader; its ``worker_init_fn`` (mmengine's seeding) runs after.
         name (str): The loader, for messages (``'train_dataloader'``). Default: 'dataloader'.
     """
 
-    def __init__(self, num_workers: int, init_fn=None, name: str = 'dataloader') -> None:
-        self.num_workers, self.init_fn, self.name = num_workers, init_fn, name
+    def __init__(self, loader, name: str = 'dataloader') -> None:
+        self.num_workers, self.init_fn, self.name = loader.num_workers, loader.worker_init_fn, name
+        self.dataset = loader.dataset  # the main process's, to name a sample's file
         # Shared with the workers (fork inherits it; spawn pickles it with the Process).
-        self.slots = multiprocessing.Array('d', [0.0, _IDLE, 0.0] * num_workers, lock=False)
-        self.dataset = None  # the main process's dataset, to name a sample's file
+        self.slots = multiprocessing.Array('d', [0.0, _IDLE, 0.0] * self.num_workers, lock=False)
         _guards.add(self)
 
     def __call__(self, worker_id: int) -> None:
@@ -137,44 +124,17 @@ def guard_dataloader(loader, name: str = 'dataloader'):
     """Wrap ``loader.worker_init_fn`` in a :class:`WorkerGuard` (loaders with workers only)."""
     if getattr(loader, 'num_workers', 0) > 0 and not isinstance(loader.worker_init_fn,
                                                                  WorkerGuard):
-        guard = WorkerGuard(loader.num_workers, loader.worker_init_fn, name)
-        guard.dataset = loader.dataset
-        loader.worker_init_fn = guard
+        loader.worker_init_fn = WorkerGuard(loader, name)
     return loader
 
 
-def guard_runner_dataloaders(runner, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Make ``runner`` build every data loader with a timeout and a :class:`WorkerGuard`."""
-    build = runner.build_dataloader
-
-    @wraps(build)
-    def build_guarded(dataloader, *args, **kwargs):
-        name = 'dataloader'
-        if isinstance(dataloader, dict):
-            for candidate in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-                if getattr(runner, f'_{candidate}', None) is dataloader:
-                    name = candidate
-            if dataloader.get('num_workers', 0) and 'timeout' not in dataloader:
-                dataloader = {**dataloader, 'timeout': timeout_s}
-        return guard_dataloader(build(dataloader, *args, **kwargs), name)
-
-    runner.build_dataloader = build_guarded
-
-
-def _chain(error: BaseException):
-    """``error`` and its causes: PyTorch raises a dead worker's error from a SIGCHLD handler,
-    wherever the main thread is, and the code there may wrap it (mmengine's config formatting
-    turns it into a SyntaxError)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
 def explain_worker_failure(error: BaseException) -> str | None:
-    """One line for PyTorch's "worker died" / "timed out" errors, naming worker and sample."""
-    for cause in _chain(error):
+    """One line for PyTorch's "worker died" / "timed out" errors, naming worker and sample.
+
+    PyTorch raises a dead worker's error from a SIGCHLD handler, wherever the main thread is, and
+    the code there may wrap it (mmengine's config formatting turns it into a SyntaxError): the
+    whole chain of causes is searched."""
+    for cause in error_chain(error):
         message = _explain(str(cause))
         if message is not None:
             return message

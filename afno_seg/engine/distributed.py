@@ -1,17 +1,11 @@
-"""Distributed training and testing on CPUs (gloo), with nothing changed on GPUs, and a clear
-message when a rank dies.
+"""Distributed runs on CPUs (gloo), with nothing changed on GPUs, and one line when a rank dies.
 
-mmengine 0.10.7's ``init_dist('pytorch')`` calls ``torch.cuda.set_device`` unconditionally, which
-fails on a machine without CUDA: :func:`init_cpu_process_group` starts a gloo process group before
-the Runner is built (the Runner then skips its own ``init_dist``). DDP on CPU modules is mmengine's
-own wrapper with ``device_ids=None`` (:func:`~.device.adapt_config_to_device`).
-
-When a rank dies (OOM killer, a node failure), the others fail in their next collective: at once
-when its sockets close (gloo: ``Connection reset by peer``, naming an address, not a rank), or
-after the collective timeout (``env_cfg.dist_cfg.timeout`` seconds, default 1800) when it hangs.
-:func:`record_peers` notes every rank's host and process id once the group exists;
-:func:`explain_collective_failure` turns such an error into one line naming the ranks that are no
-longer running (checked through ``/proc`` for ranks on this host).
+mmengine 0.10.7's ``init_dist('pytorch')`` calls ``torch.cuda.set_device`` unconditionally, so
+without CUDA :func:`init_cpu_process_group` starts the gloo group before the Runner is built
+(which then skips its own ``init_dist``). When a rank dies (OOM killer, a node failure) the others
+fail in their next collective, naming an address, not a rank, or only after the collective
+timeout when it hangs; :func:`explain_collective_failure` names the ranks no longer running,
+from the hosts and process ids :func:`record_peers` gathered (docs/reliability.md, "Dead ranks").
 """
 import datetime
 import os
@@ -19,9 +13,12 @@ import socket
 import time
 
 import torch.distributed as dist
+from mmengine.dist import all_gather_object, get_rank, get_world_size
+
+from .errors import error_chain
 
 __all__ = ['DEFAULT_COLLECTIVE_TIMEOUT_S', 'explain_collective_failure', 'init_cpu_process_group',
-           'record_peers']
+           'process_running', 'record_peers']
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 PEER_EXIT_WAIT_S = 3.0
@@ -33,12 +30,8 @@ _peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
 
 
 def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> None:
-    """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*.
-
-    Args:
-        timeout_s (float): How long a collective waits for a silent peer before it fails.
-            Default: 1800.
-    """
+    """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*;
+    ``timeout_s``: how long a collective waits for a silent peer before it fails."""
     if dist.is_initialized():
         return
     missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
@@ -60,24 +53,21 @@ def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> N
 def record_peers() -> None:
     """Gather every rank's (host, pid) for :func:`explain_collective_failure` (one collective)."""
     global _peers
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (socket.gethostname(), os.getpid()))
-    _peers = [tuple(peer) for peer in gathered]
+    if get_world_size() > 1:
+        _peers = [tuple(peer) for peer in all_gather_object((socket.gethostname(), os.getpid()))]
 
 
-def _is_running(pid: int) -> bool:
-    """True unless ``pid`` is gone or a zombie (dead, not yet reaped by torchrun)."""
+def process_running(pid: int) -> bool:
+    """True unless ``pid`` is gone or a zombie (dead, not yet reaped by its parent)."""
     try:
         with open(f'/proc/{pid}/stat') as file:
             return file.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
-    except (OSError, IndexError):
+    except (OSError, IndexError):  # no /proc (macOS): only whether it exists
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
-        except PermissionError:
+        except PermissionError:  # exists, owned by someone else
             return True
         return True
 
@@ -87,19 +77,10 @@ def _stopped_ranks(candidates: list[tuple[int, int]], wait_s: float) -> list[tup
     a killed process closes its sockets (which fails our collective) a moment before it dies."""
     deadline = time.monotonic() + wait_s
     while True:
-        stopped = [(rank, pid) for rank, pid in candidates if not _is_running(pid)]
+        stopped = [(rank, pid) for rank, pid in candidates if not process_running(pid)]
         if stopped or time.monotonic() >= deadline:
             return stopped
         time.sleep(0.05)
-
-
-def _error_text(error: BaseException) -> str:
-    parts, seen = [], set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        parts.append(f'{type(error).__name__}: {error}')
-        error = error.__cause__ or error.__context__
-    return '\n'.join(parts)
 
 
 def _short_cause(text: str) -> str:
@@ -110,19 +91,15 @@ def _short_cause(text: str) -> str:
 
 
 def explain_collective_failure(error: BaseException, iteration: int | None = None) -> str | None:
-    """One line for an error a collective raised because a peer died or hung, else None.
-
-    Args:
-        error (BaseException): What training raised.
-        iteration (int | None): The iteration it failed in, for the message. Default: None.
-    """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    """One line for an error a collective raised because a peer died or hung (in ``iteration``,
+    if known), else None."""
+    if get_world_size() == 1:
         return None
-    text = _error_text(error)
+    text = '\n'.join(f'{type(cause).__name__}: {cause}' for cause in error_chain(error))
     if not (isinstance(error, getattr(dist, 'DistError', ()))
             or any(marker in text for marker in _PEER_FAILURE_MARKERS)):
         return None
-    rank, host = dist.get_rank(), socket.gethostname()
+    rank, host = get_rank(), socket.gethostname()
     where = f' in iteration {iteration}' if iteration is not None else ''
     here = [(r, pid) for r, (peer_host, pid) in enumerate(_peers)
             if peer_host == host and r != rank]

@@ -1,27 +1,14 @@
 """``NonFiniteLossHook``: a NaN/Inf loss stops training, naming the iteration and the module.
 
-mmengine trains straight through a NaN loss: the backward pass fills the gradients with NaN,
-the optimizer writes NaN into every weight, and the next checkpoint saves them, so ``--resume``
-continues from garbage. This hook checks the loss of every training forward pass *before* the
-backward pass (a forward hook on the model, one ``isfinite`` on the summed loss terms, one
-host sync per iteration) and, when it is not finite:
-
-1. re-runs that forward pass without gradients, from the same generator state, with a forward
-   hook on every submodule, and finds the first module (in execution order) whose output holds a
-   NaN or Inf, or finds that the input batch itself does;
-2. without a loss scaler (fp32, bf16 autocast on a CPU): raises :class:`NonFiniteLossError`
-   naming the iteration, the loss terms and that module. The weights are still finite (the
-   optimizer has not stepped) and no checkpoint of this iteration is written.
-3. with a loss scaler (``AmpOptimWrapper``, fp16): logs the same message as a warning and lets
-   the iteration go on: the NaN gradients make the ``GradScaler`` skip the optimizer step and
-   lower the scale, exactly as it does for an overflowing gradient. After the iteration (before
-   a checkpoint or validation can see them) it restores the buffers the bad forward pass changed
-   (BatchNorm running statistics). More than ``max_skipped_in_a_row`` consecutive skips raise,
-   as above.
-
-Distributed: the non-finite flag is all-reduced (one scalar), so every rank stops or skips
-together and none waits for a peer forever; every rank re-runs the forward (SyncBN needs all).
-Enable with ``custom_hooks = [dict(type='NonFiniteLossHook')]``.
+mmengine trains straight through a NaN loss: the optimizer writes NaN into every weight and the
+next checkpoint saves them. The hook checks the summed loss terms of every training forward pass
+before the backward pass; on a non-finite one it re-runs that pass without gradients, from the
+same generator state, and names the first module (in execution order) whose output is not finite
+(:func:`find_first_non_finite`). Without a loss scaler it raises :class:`NonFiniteLossError`
+before the optimizer step. Under one (fp16) it logs, lets the ``GradScaler`` skip the step and
+restores the buffers (BatchNorm statistics) the bad pass changed; more than
+``max_skipped_in_a_row`` skips raise. The flag is all-reduced so every rank stops or skips
+together, and every rank re-runs its pass (SyncBN needs all). docs/reliability.md, "NaN and Inf".
 """
 import torch
 from mmengine.dist import all_reduce, get_rank, get_world_size
@@ -121,7 +108,7 @@ class NonFiniteLossHook(Hook):
 
     def before_train(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        self._runner = runner
+        self._runner, self._model = runner, model
         self._handles = [model.register_forward_pre_hook(self._remember, with_kwargs=True),
                          model.register_forward_hook(self._check, with_kwargs=True)]
 
@@ -133,23 +120,21 @@ class NonFiniteLossHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         # VERY_HIGH priority: before the CheckpointHook saves and before validation.
         if self._restore_buffers:
-            model = runner.model.module if is_model_wrapper(runner.model) else runner.model
             saved = (self._before or {}).get('buffers', {})
             with torch.no_grad():
-                for name, buffer in model.named_buffers():
+                for name, buffer in self._model.named_buffers():
                     if name in saved:
                         buffer.copy_(saved[name])
             self._restore_buffers = False
 
-    def _scaler(self):
+    def _scaling(self) -> bool:
         scaler = getattr(self._runner.optim_wrapper, 'loss_scaler', None)
-        return scaler if scaler is not None and getattr(scaler, 'is_enabled', lambda: True)() \
-            else None
+        return scaler is not None and getattr(scaler, 'is_enabled', lambda: True)()
 
     def _remember(self, model, args, kwargs):
         if model.training and not self._locating and kwargs.get('mode') == 'loss':
             self._before = dict(random=torch_random_state())
-            if self._scaler() is not None:  # only needed to undo a skipped step's BN updates
+            if self._scaling():  # only needed to undo a skipped step's BN updates
                 self._before['buffers'] = {n: b.detach().clone() for n, b in model.named_buffers()}
 
     def _check(self, model, args, kwargs, output):
@@ -159,13 +144,12 @@ class NonFiniteLossHook(Hook):
         if not terms:
             return None
         bad = torch.stack([~torch.isfinite(v) for v in terms.values()]).any().float()
-        if get_world_size() > 1:
-            all_reduce(bad)  # every rank takes the same branch below
+        all_reduce(bad)  # every rank takes the same branch below (mmengine's: alone, a no-op)
         if not bool(bad):
             self.skipped_in_a_row = 0
             return None
         message = self._describe(model, args, kwargs, terms)
-        if self._scaler() is not None and self.skipped_in_a_row < self.max_skipped_in_a_row:
+        if self._scaling() and self.skipped_in_a_row < self.max_skipped_in_a_row:
             self.skipped_in_a_row += 1
             self.skipped_total += 1
             self._restore_buffers = True  # after the backward pass, which still needs them

@@ -1,41 +1,35 @@
 """The floating-point precision a run computes in: ``--precision {auto,fp16,bf16,fp32}``.
 
 The configs train as written for GPUs: float16 autocast with a dynamic loss scale
-(``AmpOptimWrapper``). What each choice runs:
-
-- ``fp16``: float16 autocast and mmengine's loss scaling. On CUDA ``AmpOptimWrapper``; on a CPU
-  :class:`~.optim_wrapper.CPUAutocastOptimWrapper` with ``torch.amp.GradScaler('cpu')`` (the same
-  dynamic scale, growth, back-off and skipped steps as on the GPU).
-- ``bf16``: bfloat16 autocast, no loss scale (float32's exponent range).
-- ``fp32``: ``OptimWrapper``.
-- ``auto``: on CUDA the config as written; on a CPU fp32. Emulated (no ``avx512_bf16``/
-  ``amx_bf16``/Arm ``bf16`` flag), a bfloat16 or float16 matmul is 10-65x slower than float32;
-  native, a whole B3 training step in bfloat16 was still no faster than in float32 (its spectral
-  float32 islands and casts eat the matmuls' gain, BENCHMARKS.md). The CPU's flags, read once per
-  process, only decide the warning on an explicitly requested emulated precision.
-
+(``AmpOptimWrapper``). ``fp16`` runs that, on a CPU through :class:`CPUAutocastOptimWrapper`
+(the GPU's scale, growth, back-off and skipped steps); ``bf16`` is bfloat16 autocast without a
+loss scale; ``fp32`` is ``OptimWrapper``. ``auto`` is the config's on CUDA and fp32 on every CPU:
+emulated (no ``avx512_bf16``/``amx_bf16``/Arm ``bf16`` flag) a bfloat16 or float16 matmul is
+10-65x slower than float32, and where native a B3 step in bfloat16 was still no faster (its
+float32 spectral islands and casts eat the gain; BENCHMARKS.md). The CPU's flags only decide the
+warning on an explicitly requested emulated precision. A precision the device cannot run is a
+:class:`~.errors.UserError` naming what is available, never a silent switch.
 ``tools/test.py --precision`` evaluates under the same choice (:class:`AutocastTestLoop`).
-
-A precision the device cannot run (float16 autocast in a torch without CPU float16 kernels,
-bfloat16 on a GPU without it) is a :class:`~.errors.UserError` naming what is available, never a
-silent switch; an emulated one runs, with one warning line.
 """
+import contextlib
 import functools
 import logging
 import warnings
+from contextlib import contextmanager
 
 import torch
 from mmengine.config import Config
 from mmengine.device import get_device
 from mmengine.logging import print_log
-from mmengine.registry import LOOPS
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.registry import LOOPS, OPTIM_WRAPPERS
 from mmengine.runner import TestLoop
 from mmengine.runner.loops import _update_losses
 
 from .errors import UserError
 
-__all__ = ['PRECISIONS', 'AutocastTestLoop', 'apply_precision', 'apply_test_precision',
-           'choose_precision', 'config_precision', 'cpu_flags']
+__all__ = ['PRECISIONS', 'AutocastTestLoop', 'CPUAutocastOptimWrapper', 'apply_precision',
+           'apply_test_precision', 'choose_precision', 'config_precision', 'cpu_flags']
 
 PRECISIONS = ('auto', 'fp16', 'bf16', 'fp32')
 DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -48,14 +42,11 @@ _WRAPPERS = ('OptimWrapper', 'AmpOptimWrapper', 'CPUAutocastOptimWrapper')
 @functools.cache
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none, e.g. macOS)."""
-    try:
-        with open('/proc/cpuinfo') as file:
-            for line in file:
-                key, _, value = line.partition(':')
-                if key.strip() in ('flags', 'Features'):
-                    return frozenset(value.split())
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open('/proc/cpuinfo') as file:
+        for line in file:
+            key, _, value = line.partition(':')
+            if key.strip() in ('flags', 'Features'):
+                return frozenset(value.split())
     return frozenset()
 
 
@@ -87,15 +78,10 @@ def config_precision(cfg: Config) -> str:
 
 def choose_precision(requested: str, configured: str, cuda: bool, flags=frozenset(),
                      runs=lambda precision: True) -> tuple[str, str]:
-    """The precision to run and why, in words; raises :class:`UserError` for one that cannot run.
-
-    Args:
-        requested (str): One of :data:`PRECISIONS`.
-        configured (str): The config's own, from :func:`config_precision`.
-        cuda (bool): Whether the run is on a CUDA device.
-        flags (frozenset[str]): The CPU's feature flags (:func:`cpu_flags`).
-        runs (callable): ``runs('fp16')`` is whether autocast to that dtype works here.
-    """
+    """The precision to run and why, in words, for ``requested`` (one of :data:`PRECISIONS`) and
+    the config's own (:func:`config_precision`) on CUDA or a CPU with ``flags``
+    (:func:`cpu_flags`); ``runs(p)``: whether autocast to ``p`` works here. A precision that
+    cannot run is a :class:`UserError`."""
     if requested not in PRECISIONS:
         raise UserError(f'--precision {requested}: choose one of {", ".join(PRECISIONS)}')
     device = 'CUDA' if cuda else 'CPU'
@@ -120,6 +106,12 @@ def choose_precision(requested: str, configured: str, cuda: bool, flags=frozense
     return requested, f'--precision {requested} on {device}'
 
 
+def _choose_here(requested: str, configured: str, cuda: bool) -> tuple[str, str]:
+    """:func:`choose_precision` with this CPU's flags and this torch's autocast."""
+    return choose_precision(requested, configured, cuda, cpu_flags(),
+                            functools.partial(autocast_runs, 'cuda' if cuda else 'cpu'))
+
+
 def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = None) -> str:
     """Rewrite ``cfg.optim_wrapper`` to run in the chosen precision; log the choice in one line.
 
@@ -133,9 +125,7 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
     if requested != 'auto' and wrapper.get('type') not in _WRAPPERS:
         raise UserError(f'--precision {requested} needs optim_wrapper.type in {_WRAPPERS}; the '
                         f'config has {wrapper.get("type")!r}')
-    device = 'cuda' if cuda else 'cpu'
-    chosen, reason = choose_precision(requested, configured, cuda, cpu_flags(),
-                                      functools.partial(autocast_runs, device))
+    chosen, reason = _choose_here(requested, configured, cuda)
     wrapper_type = wrapper.get('type')
     # AmpOptimWrapper refuses to run without a GPU: replaced even at its own dtype (and back).
     if chosen != configured or wrapper_type == ('CPUAutocastOptimWrapper' if cuda else
@@ -153,6 +143,50 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
     print_log(f'[afno_seg] precision {chosen} ({reason}): optim_wrapper {wrapper_type}',
               logger='current', level=level)
     return chosen
+
+
+@OPTIM_WRAPPERS.register_module()
+class CPUAutocastOptimWrapper(AmpOptimWrapper):
+    """``AmpOptimWrapper`` on a CPU: ``torch.autocast('cpu', dtype)``, loss scaling through
+    ``torch.amp.GradScaler('cpu')``. mmengine's asserts a GPU in its ``__init__``; all the rest of
+    it is kept (scaled ``backward``, unscale for clipping, the scaler's step and update, its state
+    in ``state_dict``). ``bfloat16`` needs no loss scale (float32's exponent range).
+
+    Args:
+        dtype (str): ``'float16'`` (loss-scaled) or ``'bfloat16'``. Default: 'bfloat16'.
+        loss_scale (str | float | dict): As ``AmpOptimWrapper``'s; float16 only.
+            Default: 'dynamic'.
+        **kwargs: Passed to :class:`mmengine.optim.OptimWrapper`.
+    """
+
+    def __init__(self, dtype: str = 'bfloat16', loss_scale='dynamic', **kwargs) -> None:
+        OptimWrapper.__init__(self, **kwargs)  # not AmpOptimWrapper's: it asserts a GPU
+        self.cast_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        if self.cast_dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f'CPUAutocastOptimWrapper: dtype float16 or bfloat16, not {dtype}')
+        self._scale_update_param = None
+        if isinstance(loss_scale, float):
+            self._scale_update_param = loss_scale
+            scaler_args = dict(init_scale=loss_scale)
+        elif isinstance(loss_scale, dict):
+            scaler_args = dict(loss_scale)
+        elif loss_scale == 'dynamic':
+            scaler_args = {}
+        else:
+            raise TypeError(f'loss_scale: \'dynamic\', a float or a dict, not {loss_scale!r}')
+        self.loss_scaler = torch.amp.GradScaler(
+            'cpu', enabled=self.cast_dtype == torch.float16, **scaler_args)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if not self.loss_scaler.is_enabled():  # {}: an fp16 resume could not load it
+            state.pop('loss_scaler', None)
+        return state
+
+    @contextmanager
+    def optim_context(self, model: torch.nn.Module):
+        with OptimWrapper.optim_context(self, model), torch.autocast('cpu', dtype=self.cast_dtype):
+            yield
 
 
 @LOOPS.register_module()
@@ -183,16 +217,13 @@ class AutocastTestLoop(TestLoop):
 
 def apply_test_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = None) -> str:
     """Set ``cfg.test_cfg`` to evaluate in the chosen precision (``auto``: the config's
-    ``test_cfg.fp16``, as bf16 or fp32 on a CPU by :func:`choose_precision`); log it in one line.
-    """
+    ``test_cfg.fp16`` on CUDA, fp32 on a CPU); log it in one line."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
     test_cfg = cfg.get('test_cfg') or {}
     configured = 'fp16' if test_cfg.get('fp16') else 'fp32'
     if requested == 'auto' and configured == 'fp32':
         return 'fp32'
-    chosen, reason = choose_precision(requested, configured, cuda, cpu_flags(),
-                                      functools.partial(autocast_runs,
-                                                        'cuda' if cuda else 'cpu'))
+    chosen, reason = _choose_here(requested, configured, cuda)
     test_cfg.pop('fp16', None)
     if chosen == 'fp32':
         test_cfg['type'] = 'TestLoop'

@@ -1,34 +1,24 @@
 """Stop signals: finish the iteration, checkpoint, exit; a second signal exits at once.
 
-Clusters end jobs with a signal: Slurm sends SIGTERM on pre-emption and at the time limit (and,
-with ``--signal=USR1@T``, SIGUSR1 ``T`` seconds before), torchrun's agent forwards SIGTERM to its
-workers, a person presses Ctrl-C (SIGINT). Python's default kills the run mid-iteration (SIGTERM,
-SIGUSR1) or raises ``KeyboardInterrupt`` wherever it happens to be (SIGINT), so everything since
-the last periodic checkpoint is lost.
-
-:class:`StopSignals` replaces those defaults while training runs: the first signal is only
-recorded; :class:`~afno_seg.engine.checkpoint_hook.AtomicCheckpointHook` looks at the record after
-each iteration, makes every rank agree on it (one all-reduce), saves a checkpoint and raises
-:class:`TrainingInterrupted`, which ``tools/train.py`` turns into exit status
-:data:`INTERRUPTED_EXIT_CODE`. A second signal exits at once with status ``128 + signal number``,
-from a watcher thread, so it works even while the main thread is blocked in C code (a checkpoint
-write, a collective); a checkpoint being written then stays a hidden temporary file and
-``last_checkpoint`` keeps naming the previous complete one.
-
-Copies of one signal: Slurm signals every process of a job step and torchrun forwards what it
-receives, so one event can arrive twice within milliseconds. Signals within
-:data:`SAME_EVENT_WINDOW_S` of the first count as the same event.
+Clusters end jobs with a signal (Slurm's SIGTERM at pre-emption or the time limit, SIGUSR1 with
+``--signal=USR1@T``; torchrun forwards SIGTERM; Ctrl-C is SIGINT), and Python's defaults kill the
+run mid-iteration, losing everything since the last periodic checkpoint. :class:`StopSignals`
+only records the first signal; :class:`~.checkpoint_hook.AtomicCheckpointHook` acts on it after
+the iteration (checkpoint, :class:`TrainingInterrupted`, exit status
+:data:`INTERRUPTED_EXIT_CODE`). A second signal exits at once with status ``128 + signal``, from a
+watcher thread, so also while the main thread is blocked in C code (a checkpoint write, a
+collective). Slurm signals every process of a step and torchrun forwards what it receives, so
+signals within :data:`SAME_EVENT_WINDOW_S` of the first count as the same event.
 """
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 __all__ = ['INTERRUPTED_EXIT_CODE', 'SAME_EVENT_WINDOW_S', 'StopSignals', 'TrainingInterrupted',
-           'installed_stop_signals', 'release_stop_signals', 'resolve_signals', 'restart_count',
-           'stop_signals_released']
+           'installed_stop_signals', 'restart_count', 'stop_signals_released']
 
 # sysexits.h EX_TEMPFAIL ("temporary failure; the user is invited to retry"): what a requeue
 # wrapper (tools/slurm_train.sh) looks for.
@@ -38,14 +28,8 @@ DEFAULT_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1')
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped on a signal after a complete iteration (and its checkpoint).
-
-    Args:
-        signal_name (str): The signal that asked for the stop (``'SIGTERM'``, ...).
-        iteration (int): The last completed iteration.
-        checkpoint (str | None): The checkpoint holding that iteration, or None when none was
-            written (epoch-based training).
-    """
+    """Training stopped on ``signal_name`` after ``iteration``, saved in ``checkpoint`` (None when
+    none was written)."""
 
     def __init__(self, signal_name: str, iteration: int, checkpoint: str | None) -> None:
         self.signal_name, self.iteration, self.checkpoint = signal_name, iteration, checkpoint
@@ -53,37 +37,30 @@ class TrainingInterrupted(Exception):
         super().__init__(f'{signal_name}: training stopped after iteration {iteration}, {saved}')
 
 
-def resolve_signals(names: Sequence[str | int]) -> list[signal.Signals]:
-    """``['SIGTERM', 10]`` -> ``[Signals.SIGTERM, Signals.SIGUSR1]``; unknown names raise."""
-    resolved = []
-    for name in names:
-        try:
-            resolved.append(signal.Signals(name) if isinstance(name, int) else
-                            signal.Signals[name.upper()])
-        except (KeyError, ValueError):
-            raise ValueError(f'unknown signal {name!r}; use names such as SIGTERM, SIGINT, '
-                             'SIGUSR1') from None
-    return resolved
+def _to_signal(name: str | int) -> signal.Signals:
+    try:
+        return signal.Signals(name) if isinstance(name, int) else signal.Signals[name.upper()]
+    except (KeyError, ValueError):
+        raise ValueError(f'unknown signal {name!r}; use names such as SIGTERM, SIGINT, '
+                         'SIGUSR1') from None
 
 
 class StopSignals:
     """Record the first stop signal; exit at once on a later one.
 
     One instance is installed at a time: installing another uninstalls the first (a run that
-    ended with an exception before it could uninstall leaves no handlers behind). Use
-    :meth:`install` / :meth:`uninstall`, or the instance as a context manager.
+    ended with an exception before it could uninstall leaves no handlers behind).
 
     Args:
         signals (Sequence[str | int]): Signals that ask for a stop. Default: SIGTERM, SIGINT,
             SIGUSR1.
         describe_state (Callable[[], str] | None): Called (from the watcher thread) for the
-            message printed on an immediate exit, e.g. what ``last_checkpoint`` names.
-            Default: None.
+            message of an immediate exit, e.g. what ``last_checkpoint`` names. Default: None.
     """
 
     def __init__(self, signals: Sequence[str | int] = DEFAULT_SIGNALS,
                  describe_state: Callable[[], str] | None = None) -> None:
-        self.signals = resolve_signals(signals)
+        self.signals = [_to_signal(name) for name in signals]
         self.describe_state = describe_state
         self.received: signal.Signals | None = None
         self._first_at: float | None = None  # when the watcher saw the first delivery
@@ -128,13 +105,9 @@ class StopSignals:
         return True
 
     def uninstall(self, ignore: bool = False) -> None:
-        """Restore the previous handlers (main thread only).
-
-        Args:
-            ignore (bool): Set the signals to ``SIG_IGN`` instead, in one step (no moment with
-                the default, fatal action): for a process about to exit after a failure, whose
-                message a following SIGTERM (torchrun's) must not cut short. Default: False.
-        """
+        """Restore the previous handlers (main thread only); with ``ignore``, set ``SIG_IGN``
+        instead, in one step (no moment with the fatal default): for a process about to exit after
+        a failure, whose message a following SIGTERM (torchrun's) must not cut short."""
         if not self.installed:
             return
         signal.set_wakeup_fd(self._previous_wakeup_fd)
@@ -149,16 +122,11 @@ class StopSignals:
 
     def _watch(self, read_end: int) -> None:
         wanted = {int(number) for number in self.signals}
-        while True:
-            try:
-                data = os.read(read_end, 64)
-            except OSError:
-                return
-            if not data:
-                return
-            for number in data:  # other signals with Python handlers (SIGCHLD) come here too
-                if number in wanted:
-                    self._on_stop_signal(signal.Signals(number))
+        with suppress(OSError):
+            while data := os.read(read_end, 64):  # b'' once uninstall closes the write end
+                for number in data:  # other signals with Python handlers (SIGCHLD) come here too
+                    if number in wanted:
+                        self._on_stop_signal(signal.Signals(number))
 
     def _record(self, signum, frame) -> None:
         if self.received is None:
@@ -176,10 +144,8 @@ class StopSignals:
             return  # a copy of the first event (see the module docstring)
         state = ''
         if self.describe_state is not None:
-            try:
+            with suppress(Exception):  # never let a report stop the exit
                 state = ' ' + self.describe_state()
-            except Exception:  # never let a report stop the exit
-                state = ''
         message = (f'\nsecond stop signal ({number.name} after {self.received.name}): exiting '
                    f'now, without a checkpoint of the current iteration.{state}\n')
         try:
@@ -202,31 +168,19 @@ def installed_stop_signals() -> StopSignals | None:
     return None
 
 
-def release_stop_signals(ignore: bool = False) -> None:
-    """Uninstall the installed :class:`StopSignals`, if any (after training, however it ended);
-    ``ignore`` as in :meth:`StopSignals.uninstall`."""
-    installed = installed_stop_signals()
-    if installed is not None:
-        installed.uninstall(ignore)
-
-
 @contextmanager
 def stop_signals_released(ignore_on_error: bool = False) -> Iterator[None]:
-    """Around training: the installed :class:`StopSignals` (the checkpoint hook's, from
-    ``before_train``) is uninstalled when the block ends, however it ends. The hook uninstalls it
-    itself after a normal end; mmengine calls no hook when training raises.
-
-    Args:
-        ignore_on_error (bool): When the block raises, set the signals to ``SIG_IGN`` instead of
-            restoring the previous handlers (see :meth:`StopSignals.uninstall`): for a tool,
-            which exits after its one-line message. Default: False.
-    """
+    """Around training: the installed :class:`StopSignals` (the checkpoint hook's) is
+    uninstalled however the block ends (mmengine calls no hook when training raises); when it
+    raises and ``ignore_on_error``, with ``ignore`` (:meth:`StopSignals.uninstall`)."""
+    failed = True
     try:
         yield
-    except BaseException:
-        release_stop_signals(ignore=ignore_on_error)
-        raise
-    release_stop_signals()
+        failed = False
+    finally:
+        installed = installed_stop_signals()
+        if installed is not None:
+            installed.uninstall(ignore=ignore_on_error and failed)
 
 
 def restart_count() -> tuple[str, int] | None:

@@ -1,26 +1,16 @@
-"""Checks run by the tools before a Runner is built, so bad input fails at once and clearly.
+"""Checks run by the tools before a Runner is built, so bad input fails at once, in one line
+naming the config key, the file and what to do, not after the Runner's hundreds of log lines.
 
-- :func:`check_data_roots`: every dataset a loop will read has its ``data_root`` and image folder;
-  otherwise say which config key points where, what layout is expected and how to get the data or
-  run the demo instead.
-- :func:`check_splits_not_empty`: every split a loop will read has at least one sample. An empty
-  split makes mmengine fail with ``ValueError: need at least one array to concatenate`` (while
-  serialising the empty data list), which names neither the split nor the folder.
-- :func:`check_work_dir`: the work_dir can be created and written. mmengine would otherwise fail
-  inside ``Runner.__init__`` with a bare ``PermissionError``/``NotADirectoryError`` traceback, or,
-  for a folder that is read-only only for files, at the first checkpoint, hours later.
-- :func:`check_model_types`: every ``type=`` in ``cfg.model`` is registered in the ``MODELS`` of the
-  library ``cfg.default_scope`` names (mmseg or mmpretrain); otherwise name the key path and the
-  closest registered names.
-- :func:`check_checkpoint` / :func:`check_config_checkpoints`: a checkpoint to load is a readable
-  checkpoint file holding data only (:mod:`.checkpoint`); otherwise name it (before the Runner
-  logs its environment and config, hundreds of lines); a missing pretrained file is refused in
-  one line saying where to get it, unless ``tools/train.py --from-scratch`` drops them.
-
-The free space for a checkpoint is checked once the model exists, by
-:class:`~afno_seg.engine.checkpoint_hook.AtomicCheckpointHook`.
+mmengine alone fails on these with messages that name neither split nor folder (an empty split:
+``ValueError: need at least one array to concatenate``), with a bare ``PermissionError`` traceback
+inside ``Runner.__init__`` (an unwritable work_dir; or, writable for folders only, at the first
+checkpoint, hours later), or with a registry ``KeyError`` (a misspelt ``type``). The checkpoints a
+run will load are checked as data (:mod:`.checkpoint`), and a missing pretrained file is refused
+unless ``tools/train.py --from-scratch`` drops them. Free space is checked once the model exists
+(:class:`~.checkpoint_hook.AtomicCheckpointHook`).
 """
 import difflib
+import importlib
 import inspect
 import logging
 import os
@@ -160,13 +150,10 @@ def _default_argument(dataset_type, name: str, fallback):
 
 
 def _has_file_with_suffix(folder: str, suffix, ignore_case: bool = False) -> bool:
-    suffixes = (suffix, ) if isinstance(suffix, str) else tuple(suffix)
-    if ignore_case:
-        suffixes = tuple(s.lower() for s in suffixes)
-    for _, _, files in os.walk(folder, followlinks=True):
-        if any((name.lower() if ignore_case else name).endswith(suffixes) for name in files):
-            return True
-    return False
+    fold = str.lower if ignore_case else str
+    suffixes = tuple(map(fold, (suffix, ) if isinstance(suffix, str) else suffix))
+    return any(fold(name).endswith(suffixes)
+               for _, _, files in os.walk(folder, followlinks=True) for name in files)
 
 
 # mmpretrain's CustomDataset/ImageNet image extensions (matched case-insensitively: ImageNet's
@@ -193,14 +180,11 @@ def check_splits_not_empty(cfg: Config, loaders=('train_dataloader', 'val_datalo
         folder = image_folder(dataset)
         if not osp.isdir(folder):
             continue  # a missing folder is check_data_roots' business
-        if cfg.get('default_scope', None) == 'mmpretrain':
-            suffix = tuple(dataset.get('extensions') or MMPRETRAIN_EXTENSIONS)
-            ignore_case = True
-        else:
-            suffix = dataset.get('img_suffix') or _default_argument(dataset.get('type'),
-                                                                    'img_suffix', '.jpg')
-            ignore_case = False
-        if not _has_file_with_suffix(folder, suffix, ignore_case):
+        pretrain = cfg.get('default_scope', None) == 'mmpretrain'
+        suffix = (tuple(dataset.get('extensions') or MMPRETRAIN_EXTENSIONS) if pretrain else
+                  dataset.get('img_suffix') or _default_argument(dataset.get('type'),
+                                                                 'img_suffix', '.jpg'))
+        if not _has_file_with_suffix(folder, suffix, ignore_case=pretrain):
             raise EmptySplitError(
                 f'{source}: {loader}.dataset has no samples: no file ending in {suffix!r} '
                 f'under {folder} (searched recursively). Check data_root, '
@@ -231,12 +215,8 @@ OTHER_REGISTRY_KEYS = ('init_cfg', 'augments')
 
 
 def models_registry_of(cfg: Config):
-    """The ``MODELS`` registry of the library the config's ``default_scope`` names (mmseg if unset).
-
-    mmseg's and mmpretrain's ``MODELS`` are siblings under mmengine's root, so an mmpretrain-only
-    type such as ``ImageClassifier`` is unknown to mmseg's registry and vice versa.
-    """
-    import importlib
+    """The ``MODELS`` registry of the library the config's ``default_scope`` names (mmseg if
+    unset): mmseg's and mmpretrain's are siblings, each unaware of the other's types."""
     scope = cfg.get('default_scope', None) or 'mmseg'
     try:
         return importlib.import_module(f'{scope}.registry').MODELS
@@ -246,12 +226,8 @@ def models_registry_of(cfg: Config):
 
 
 def check_model_types(cfg: Config, registry=None) -> None:
-    """Raise :class:`UnknownTypeError` for an unregistered ``type`` in ``cfg.model``.
-
-    Args:
-        cfg (Config): The config; its ``default_scope`` selects the registry.
-        registry (Registry, optional): Look types up here instead. Default: None.
-    """
+    """Raise :class:`UnknownTypeError` for an unregistered ``type`` in ``cfg.model``, looked up
+    in ``registry`` or else in the ``MODELS`` of the config's ``default_scope``."""
     if registry is None:
         registry = models_registry_of(cfg)
     source = cfg.filename or 'the config'

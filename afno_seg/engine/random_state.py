@@ -1,33 +1,17 @@
 """``RandomStateHook``: a resumed run draws the same random numbers as one that never stopped.
 
-What mmengine 0.10.7 restores on ``--resume``: weights, optimizer (and the AMP loss scaler inside
-``AmpOptimWrapper``'s state dict), parameter schedulers, the iteration counter and the seed; and
-``IterBasedTrainLoop`` fast-forwards the data loader through the ``iter`` batches already trained,
-which replays the data pipeline's random draws (crops, flips, photometric jitter, in the main
-process or in workers that are seeded from the same seed). What it does not restore: the
-global torch (CPU and CUDA) generators used by the model (dropout, drop-path), which a resumed
-run restarts from the seed, so its masks differ from the uninterrupted run's from then on; and
-validation draws (a data loader iterator consumes the torch generator), which shift every
-later draw of the uninterrupted run.
+mmengine 0.10.7 restores weights, optimizer, schedulers and iteration on ``--resume``, and its
+``IterBasedTrainLoop`` replays the data pipeline's draws by fast-forwarding the loader. It does
+not restore the torch generators the model draws from (dropout, drop-path), which restart from
+the seed, and validation consumes random numbers, which shifts every later draw. This hook saves
+``checkpoint['rng_state']`` (the torch CPU/CUDA state at the save, and each rank's Python/NumPy
+states at the start of training, where the replayed stream starts), restores them on a resume
+(Python/NumPy before the fast-forward, torch before the first resumed iteration), and makes
+validation during training leave the generators as it found them.
 
-This hook:
-
-* saves ``checkpoint['rng_state']``: the torch CPU (and current CUDA device) generator state at
-  the save, and the Python ``random`` / NumPy states each rank had when training started (the
-  start of the stream the fast-forward replays);
-* on a resume from that checkpoint, sets the Python/NumPy states back to that start before the
-  fast-forward (so the replay is exact even when the seed is not fixed or something consumed
-  random numbers while the run was built), and the torch state just before the first resumed
-  iteration;
-* makes validation during training consume no random numbers: the states are saved before and
-  restored after it, so validating (or not, as around a resume) does not change training.
-
-Limits: the config must fix ``randomness.seed``; with ``seed=None`` mmengine re-seeds on resume
-only after the samplers were built with a fresh random seed, so the sample order differs (the
-hook warns). With several processes, the torch state restored on every rank is rank 0's; ranks share
-it anyway unless ``randomness.diff_rank_seed=True`` (then the torch state is not restored, with a
-warning). Data-pipeline transforms that draw from torch's generator in the main process are not
-replayed exactly. Enable with ``custom_hooks = [dict(type='RandomStateHook')]``.
+Limits (warned): ``randomness.seed`` must be fixed (with ``seed=None`` the samplers get a new
+seed); with ``randomness.diff_rank_seed=True`` on several processes the torch state (rank 0's) is
+not restored. docs/reliability.md, "Kill and resume".
 """
 import random
 
@@ -65,10 +49,6 @@ def set_random_state(state: dict) -> None:
         torch.cuda.set_rng_state(state['cuda'].cpu())
 
 
-def _data_stream_state() -> dict:
-    return dict(python=random.getstate(), numpy=np.random.get_state())
-
-
 @HOOKS.register_module()
 class RandomStateHook(Hook):
     """Save and restore random-generator states with checkpoints (see the module docstring)."""
@@ -95,7 +75,7 @@ class RandomStateHook(Hook):
     def before_train(self, runner) -> None:
         self._in_training = True
         world_size, rank = get_world_size(), get_rank()
-        loaded = self._loaded
+        loaded, randomness = self._loaded, runner.cfg.get('randomness') or {}
         if loaded is not None and runner.iter > 0 and runner.iter == self._loaded_iter:
             if len(loaded['data_start']) == world_size:
                 self._data_start = loaded['data_start']
@@ -105,14 +85,13 @@ class RandomStateHook(Hook):
                     f'rng_state holds data-stream states of {len(loaded["data_start"])} '
                     f'processes, this run has {world_size}: Python/NumPy states not restored.')
                 self._data_start = []
-            diff_rank_seed = (runner.cfg.get('randomness') or {}).get('diff_rank_seed', False)
-            if world_size > 1 and diff_rank_seed:
+            if world_size > 1 and randomness.get('diff_rank_seed', False):
                 runner.logger.warning('diff_rank_seed=True with several processes: the torch '
                                       'generator state is not restored (it differs per rank).')
             else:
                 self._pending_torch = {k: v for k, v in loaded.items() if k in ('torch', 'cuda')}
             runner.logger.info(f'restored random generator states of iteration {runner.iter}')
-            if (runner.cfg.get('randomness') or {}).get('seed') is None:
+            if randomness.get('seed') is None:
                 runner.logger.warning(
                     'randomness.seed is not set: mmengine re-seeds on resume only after the data '
                     'samplers were built with a new random seed, so the sample order from here on '
@@ -120,8 +99,8 @@ class RandomStateHook(Hook):
                     'exact continuation.')
         self._loaded = None
         if self._data_start is None:
-            local = _data_stream_state()
-            self._data_start = all_gather_object(local) if world_size > 1 else [local]
+            self._data_start = all_gather_object(dict(python=random.getstate(),
+                                                      numpy=np.random.get_state()))
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         # After the fast-forward and the fetch of this batch: only the model's generators.

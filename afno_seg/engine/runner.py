@@ -1,25 +1,28 @@
-"""What tools/train.py and tools/test.py share: config loading, preflight, device adaptation, and
-one line (no traceback) for the failures a long run meets: bad input, a stop signal, a dead data
-loader worker, a dead rank."""
+"""What tools/train.py, tools/test.py and the study's steps share: config loading, preflight,
+device adaptation, the train and test runs, and one line (no traceback) for the failures a long
+run meets: bad input, a stop signal, a dead data loader worker, a dead rank."""
 import gc
 import logging
 import os
 import os.path as osp
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 
 import torch
 from mmengine.config import Config
-from mmengine.logging import print_log
+from mmengine.dist import is_distributed
+from mmengine.logging import MessageHub, print_log
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
+from ..decode_heads import use_low_res_fusion
+from ..mixer_switch import resolve_config_path, switch_mixer
+from .checkpoint import trusted_checkpoints
+from .checkpoint_fit import CheckpointFitHook
 from .cpu_memory import cache_freed_cpu_memory
-from .dataloader_faults import explain_worker_failure, guard_runner_dataloaders
-from .device import adapt_config_to_device
+from .dataloader_faults import DEFAULT_TIMEOUT_S, explain_worker_failure, guard_dataloader
 from .distributed import (
     DEFAULT_COLLECTIVE_TIMEOUT_S,
     explain_collective_failure,
@@ -27,10 +30,28 @@ from .distributed import (
     record_peers,
 )
 from .errors import UserError
-from .preemption import INTERRUPTED_EXIT_CODE, TrainingInterrupted, stop_signals_released
-from .preflight import check_data_roots, check_model_types, check_splits_not_empty, check_work_dir
+from .precision import apply_precision, apply_test_precision
+from .preemption import (
+    INTERRUPTED_EXIT_CODE,
+    TrainingInterrupted,
+    restart_count,
+    stop_signals_released,
+)
+from .preflight import (
+    check_checkpoint,
+    check_config_checkpoints,
+    check_data_roots,
+    check_model_types,
+    check_splits_not_empty,
+    check_work_dir,
+)
 
-__all__ = ['AfnoSegRunner', 'build_runner', 'load_config', 'run_tool']
+__all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'load_config', 'run_test',
+           'run_tool', 'run_train']
+
+# True inside run_tool (a failure then ends the process); a context variable, so no state
+# outlives the call.
+_IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
 
 
 def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = None,
@@ -49,27 +70,40 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
     return cfg
 
 
-# True inside run_tool (a failure then ends the process); a context variable, set and reset by
-# _running_as_tool, so no state outlives the call.
-_IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
-
-
-@contextmanager
-def _running_as_tool() -> Iterator[None]:
-    token = _IN_TOOL.set(True)
-    try:
-        yield
-    finally:
-        _IN_TOOL.reset(token)
+def adapt_config_to_device(cfg: Config, distributed: bool = False,
+                           cuda_available: bool | None = None,
+                           precision: str | None = 'auto') -> Config:
+    """Rewrite ``cfg``, written for GPU clusters (8 GPUs, fp16, SyncBN), in place for the device
+    and return it, logging what changed: the precision (:func:`.apply_precision`; None: the
+    optimizer wrapper as it is, for a run that does not train), and without CUDA for distributed
+    runs gloo and mmengine's DDP wrapper with ``device_ids=None`` (the Runner's default passes
+    ``[LOCAL_RANK]``, which DDP refuses for CPU modules). SyncBN becomes BatchNorm once the model
+    is built (:class:`AfnoSegRunner`)."""
+    if cuda_available is None:
+        cuda_available = torch.cuda.is_available()
+    if precision is not None:
+        apply_precision(cfg, precision, cuda_available)
+    if cuda_available or not distributed:
+        return cfg
+    cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+    wrapper_cfg = cfg.get('model_wrapper_cfg') or {}
+    if wrapper_cfg.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+        # What mmengine's default wrapping passes when model_wrapper_cfg is unset, less the GPU.
+        wrapper_cfg.update(type='MMDistributedDataParallel', device_ids=None)
+        wrapper_cfg.setdefault('broadcast_buffers', False)
+        wrapper_cfg.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
+        cfg.model_wrapper_cfg = wrapper_cfg
+    print_log('[afno_seg] no CUDA device: distributed backend gloo, DDP on CPU modules.',
+              logger='current', level=logging.WARNING)
+    return cfg
 
 
 class _ReleasesStopSignals:
-    """Runner mixin: ``train()`` gives the stop-signal handlers back however it ends
-    (:func:`~.preemption.stop_signals_released`), so a process that goes on (a test session) gets
-    SIGTERM/SIGINT back. Inside :func:`run_tool` a failure sets them to ``SIG_IGN`` instead, in
-    one step: the tool exits after its one-line message, which torchrun's SIGTERM to the
-    survivors of a dead rank must not cut short. (No hook can: mmengine calls none on an
-    exception.)"""
+    """Runner mixin: ``train()`` gives the stop-signal handlers back however it ends, so a process
+    that goes on (a test session) gets SIGTERM/SIGINT back. Inside :func:`run_tool` a failure sets
+    them to ``SIG_IGN`` instead: the tool exits after its one-line message, which torchrun's
+    SIGTERM to the survivors of a dead rank must not cut short. (No hook can: mmengine calls none
+    on an exception.)"""
 
     def train(self, *args, **kwargs):
         with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
@@ -78,18 +112,13 @@ class _ReleasesStopSignals:
 
 @RUNNERS.register_module()
 class AfnoSegRunner(_ReleasesStopSignals, Runner):
-    """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``).
-
-    - ``train()`` releases the stop signals however it ends (:class:`_ReleasesStopSignals`);
-    - without CUDA, SyncBN layers become BatchNorm (mmengine's ``revert_sync_batchnorm``; SyncBN
-      has no CPU kernel for a process group);
-    - with ``compile=True`` (mmengine compiles ``model.train_step``) the optimizer step stays out
-      of the compiled graph: traced, it fails in torch 2.14 on mmengine's ``ConfigDict`` param
-      groups ("'UserDefinedDictVariable' object has no attribute 'items'"), and a learning rate
-      that changes every iteration would recompile it every iteration. mmengine compiles the
-      whole ``train_step`` and has no switch to leave a part out, so ``update_params`` of the
-      wrapper it builds is marked ``torch.compiler.disable``.
-    """
+    """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``): ``train()``
+    releases the stop signals however it ends; without CUDA SyncBN runs as BatchNorm (no CPU
+    kernel); loaders with workers get a ``timeout`` (unless the config sets one; 0: none) and a
+    :class:`~.dataloader_faults.WorkerGuard`; with ``compile=True`` the wrapper's
+    ``update_params`` is ``torch.compiler.disable``-d: mmengine compiles the whole
+    ``train_step``, and traced, the optimizer step fails in torch 2.14 on mmengine's
+    ``ConfigDict`` param groups, and a learning rate changing every iteration would recompile."""
 
     def build_model(self, model):
         model = super().build_model(model)
@@ -107,14 +136,19 @@ class AfnoSegRunner(_ReleasesStopSignals, Runner):
             wrapper.update_params = torch.compiler.disable(wrapper.update_params)
         return wrapper
 
+    def build_dataloader(self, dataloader, *args, **kwargs):
+        name = next((name for name in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+                     if getattr(self, f'_{name}', None) is dataloader), 'dataloader')
+        if isinstance(dataloader, dict) and dataloader.get('num_workers', 0) \
+                and 'timeout' not in dataloader:
+            dataloader = {**dataloader, 'timeout': DEFAULT_TIMEOUT_S}
+        return guard_dataloader(super().build_dataloader(dataloader, *args, **kwargs), name)
+
 
 def _runner_class(cfg: Config) -> type[Runner]:
-    """:class:`AfnoSegRunner`, or the config's ``runner_type`` if that subclasses it (looked up
-    as mmengine's ``RUNNERS.build`` does)."""
-    name = cfg.get('runner_type', 'AfnoSegRunner')
-    if not isinstance(name, str):
-        runner = name
-    else:
+    """:class:`AfnoSegRunner`, or the config's ``runner_type`` if that subclasses it."""
+    name = runner = cfg.get('runner_type', 'AfnoSegRunner')
+    if isinstance(name, str):
         with RUNNERS.switch_scope_and_registry(cfg.get('_scope_')) as registry:
             runner = registry.get(name)
         if runner is None:
@@ -128,47 +162,88 @@ def _runner_class(cfg: Config) -> type[Runner]:
 
 
 def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
-    """Check data, work_dir, model types; adapt to the device and ``precision``
-    (:func:`.adapt_config_to_device`; on a CPU also the allocator, see :mod:`.cpu_memory`), join
-    a CPU process group, build an :class:`AfnoSegRunner`; data loaders get a timeout and worker
-    guards (:mod:`.dataloader_faults`), ranks note each other (:func:`.record_peers`).
-    """
-    distributed = cfg.launcher != 'none'
+    """Check data, work_dir, model types; adapt to the device and ``precision`` (on a CPU also
+    the allocator, :mod:`.cpu_memory`), join a CPU process group, build an
+    :class:`AfnoSegRunner`; ranks note each other (:func:`.record_peers`)."""
     check_data_roots(cfg, loaders)
     check_splits_not_empty(cfg, loaders)
     check_work_dir(cfg.work_dir)
     check_model_types(cfg)
-    training = 'train_dataloader' in loaders  # a test run builds no optimizer wrapper
-    adapt_config_to_device(cfg, distributed=distributed,
-                           precision=precision if training else None)
+    # a test run builds no optimizer wrapper
+    adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',
+                           precision=precision if 'train_dataloader' in loaders else None)
     if not torch.cuda.is_available():
         cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
-    if distributed and cfg.launcher == 'pytorch' and not torch.cuda.is_available():
-        dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
-        init_cpu_process_group(dist_cfg.get('timeout') or DEFAULT_COLLECTIVE_TIMEOUT_S)
+        if cfg.launcher == 'pytorch':
+            dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
+            init_cpu_process_group(dist_cfg.get('timeout') or DEFAULT_COLLECTIVE_TIMEOUT_S)
     runner = _runner_class(cfg).from_cfg(cfg)
-    guard_runner_dataloaders(runner)
     record_peers()
     return runner
 
 
+def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None = None, *,
+              launcher: str = 'none', resume: bool = False, precision: str = 'auto',
+              mixer: str | None = None, from_scratch: bool = False, trust: bool = False,
+              edit: Callable[[Config], None] | None = None) -> None:
+    """What ``tools/train.py`` runs, its flags as arguments: load ``config`` (a path or
+    ``mmseg::...``; ``mixer`` as ``--mixer``), ``edit(cfg)`` it (``--amp``), resume when asked or
+    restarted by torchrun/Slurm, check the checkpoints it names, build the runner, train."""
+    cfg = switch_mixer(load_config(resolve_config_path(config), launcher, cfg_options, work_dir),
+                       mixer, default_work_dir=work_dir is None)
+    if edit is not None:
+        edit(cfg)
+    restarted = restart_count()
+    if restarted and not resume:
+        print_log(f'restart {restarted[1]} by {restarted[0]}: resuming from the checkpoint that '
+                  f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
+                  level=logging.WARNING)
+    cfg.resume = resume or restarted is not None
+    check_config_checkpoints(cfg, cfg.resume, from_scratch, trust)
+    loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
+    runner = build_runner(cfg, loaders, precision)
+    runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
+    with trusted_checkpoints(trust):
+        runner.train()
+
+
+def run_test(config: str, checkpoint: str, work_dir: str | None = None,
+             cfg_options: dict | None = None, *, launcher: str = 'none',
+             precision: str = 'auto', mixer: str | None = None, trust: bool = False,
+             edit: Callable[[Config], None] | None = None) -> None:
+    """What ``tools/test.py`` runs, its flags as arguments: check ``checkpoint``, load ``config``
+    as :func:`run_train` does, ``edit(cfg)`` it (``--tta``, ``--show``, ...), evaluate in
+    ``precision``; a checkpoint that does not fit the model is refused, not evaluated with random
+    weights."""
+    if not trust:
+        check_checkpoint(checkpoint)  # a bad/unsafe file named at once, before the Runner
+    cfg = switch_mixer(load_config(resolve_config_path(config), launcher, cfg_options, work_dir),
+                       mixer, pretrained=False, default_work_dir=work_dir is None)
+    cfg.load_from = checkpoint
+    use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
+    if edit is not None:
+        edit(cfg)
+    apply_test_precision(cfg, precision)
+    runner = build_runner(cfg, ['test_dataloader'])
+    runner.register_hook(CheckpointFitHook(strict=True,
+                                           new_prefixes=cfg.get('checkpoint_new_keys', ())))
+    with trusted_checkpoints(trust):
+        runner.test()
+
+
 def run_tool(main: Callable[[], None]) -> int:
-    """Run a tool's main and return its exit status.
+    """Run a tool's main and return its exit status: 1 with the message alone on stderr for a
+    :class:`UserError`, a dead or stuck data-loader worker or a dead rank; 75 for a stop signal
+    (:class:`~.preemption.TrainingInterrupted`, logged by the checkpoint hook).
 
-    - a :class:`UserError`, a dead or stuck data-loader worker, or a collective that failed
-      because a rank died: its message alone on stderr (no traceback), status 1;
-    - :class:`~afno_seg.engine.preemption.TrainingInterrupted` (a stop signal; the checkpoint
-      hook has logged it): status :data:`~afno_seg.engine.preemption.INTERRUPTED_EXIT_CODE` (75).
-
-    In a torchrun child the process then leaves without interpreter finalization (after flushing
-    output and logs): gloo's threads, still referenced by DDP objects that only the garbage
-    collector frees, could otherwise abort the rank at exit ("terminate called without an active
-    exception", SIGABRT) after its work is done.
-    """
+    A torchrun child then leaves without interpreter finalization (output and logs flushed):
+    gloo's threads, still referenced by DDP objects only the garbage collector frees, could
+    otherwise abort the finished rank at exit (SIGABRT, "terminate called without an active
+    exception")."""
     code, peers_lost = 0, False
+    token = _IN_TOOL.set(True)
     try:
-        with _running_as_tool():
-            main()
+        main()
     except UserError as error:
         print(f'error: {error}', file=sys.stderr)
         code = 1
@@ -184,8 +259,8 @@ def run_tool(main: Callable[[], None]) -> int:
         print(f'error: {message}', file=sys.stderr)
         code = 1
     finally:
-        if (torch.distributed.is_available() and torch.distributed.is_initialized()
-                and not peers_lost):
+        _IN_TOOL.reset(token)
+        if is_distributed() and not peers_lost:
             _leave_process_group()
     # A peer is gone: destroying the group could wait for it; leave at once (bounded exit).
     if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ:  # set by torchrun for its children
@@ -198,7 +273,6 @@ def run_tool(main: Callable[[], None]) -> int:
 
 def _current_iteration() -> int | None:
     """The training iteration running now (mmengine's runtime info), if any."""
-    from mmengine.logging import MessageHub
     try:
         return MessageHub.get_current_instance().get_info('iter') + 1
     except Exception:  # no runner built yet, or not training

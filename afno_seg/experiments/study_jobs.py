@@ -23,34 +23,15 @@ def parsed_cfg_options(raw: list[str]) -> dict:
 def train(config: str, work_dir: str, cfg_options: list[str], resume: bool = False,
           launcher: str = 'none') -> None:
     """``tools/train.py CONFIG --work-dir W [--resume] [--launcher L] --cfg-options ...``."""
-    from ..engine import build_runner, load_config
-    from ..engine.checkpoint_fit import CheckpointFitHook
-    from ..engine.preemption import restart_count
-    from ..engine.preflight import check_config_checkpoints
-    cfg = load_config(config, launcher, parsed_cfg_options(cfg_options), work_dir)
-    cfg.resume = resume or restart_count() is not None  # torchrun's restarts resume too
-    check_config_checkpoints(cfg, cfg.resume)
-    loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
-    runner = build_runner(cfg, loaders)
-    runner.register_hook(CheckpointFitHook(strict=False))
-    runner.train()
+    from ..engine import run_train
+    run_train(config, work_dir, parsed_cfg_options(cfg_options), launcher=launcher, resume=resume)
 
 
 def evaluate(config: str, checkpoint: str, work_dir: str, cfg_options: list[str]) -> None:
     """``tools/test.py CONFIG CHECKPOINT --work-dir W --cfg-options ...``: metrics JSON and the
     log with the per-class table in ``W/<timestamp>/``."""
-    from ..decode_heads import use_low_res_fusion
-    from ..engine import build_runner, load_config
-    from ..engine.checkpoint_fit import CheckpointFitHook
-    from ..engine.preflight import check_checkpoint
-    check_checkpoint(checkpoint)
-    cfg = load_config(config, 'none', parsed_cfg_options(cfg_options), work_dir)
-    cfg.load_from = checkpoint
-    use_low_res_fusion(cfg.model)
-    runner = build_runner(cfg, ['test_dataloader'])
-    runner.register_hook(CheckpointFitHook(strict=True,
-                                           new_prefixes=cfg.get('checkpoint_new_keys', ())))
-    runner.test()
+    from ..engine import run_test
+    run_test(config, checkpoint, work_dir, parsed_cfg_options(cfg_options))
 
 
 def spectrum(config: str, checkpoint: str, out_dir: str, cfg_options: list[str],
