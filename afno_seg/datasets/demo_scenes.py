@@ -111,6 +111,10 @@ class _Scene:
                 value = float(value) if target.dtype == np.float32 else int(value)
                 cv2.fillPoly(target, polys, value)
 
+    def paint(self, shapes, colour, label=None, grain=None, mottle=None):
+        """:meth:`fill` with world polygons (vertex lists or arrays of (X, Y, Z)), projected."""
+        self.fill([self.project(shape) for shape in shapes], colour, label, grain, mottle)
+
     def darken(self, polygon, factor):
         """Multiply the pixels under a polygon by ``factor`` (cast shadows; labels untouched)."""
         polygon = np.int32(polygon).reshape(-1, 2)
@@ -192,29 +196,28 @@ def _plan_street(rng, scene):
 def _paint_ground(scene, rng, street):
     far = street.z_end + 5 if street.backdrop else 3000.0
     zn = street.z_near
-    scene.fill([scene.project(_ground(-150, 150, zn, 3000))], _pick(rng, TERRAINS), TERRAIN,
-               0.25, 0.35)
+    scene.paint([_ground(-150, 150, zn, 3000)], _pick(rng, TERRAINS), TERRAIN, 0.25, 0.35)
     for side in (-1, 1):
         if street.verge[side]:
-            scene.fill([scene.project(_ground(*sorted(street.verge[side]), zn, far))],
+            scene.paint([_ground(*sorted(street.verge[side]), zn, far)],
                        _pick(rng, TERRAINS), TERRAIN, 0.25, 0.35)
         a, b = sorted(street.walk[side])
         walk_colour = _pick(rng, SIDEWALK_COLOURS)
-        scene.fill([scene.project(_ground(a, b, zn, far))], walk_colour, SIDEWALK, 0.06, 0.12)
+        scene.paint([_ground(a, b, zn, far)], walk_colour, SIDEWALK, 0.06, 0.12)
         tile = rng.uniform(0.5, 1.5)  # paving seams, dense only where they are resolvable
         seams = [scene.project(_ground(a, b, z, z + 0.04)) for z in np.arange(zn + tile, 35, tile)]
         scene.fill(seams, walk_colour * rng.uniform(0.7, 0.9))
         kerb = street.kerb(side)
-        scene.fill([scene.project(_ground(*sorted((kerb, kerb + side * 0.2)), zn, far))],
+        scene.paint([_ground(*sorted((kerb, kerb + side * 0.2)), zn, far)],
                    _pick(rng, GREYS[2:]), SIDEWALK, 0.05, 0.05)
     left, right = street.road
     road_colour = _pick(rng, [(70, 70, 72), (95, 95, 96), (120, 118, 116), (135, 135, 138)], 8)
-    scene.fill([scene.project(_ground(left, right, zn, far))], road_colour, ROAD, 0.08, 0.07)
+    scene.paint([_ground(left, right, zn, far)], road_colour, ROAD, 0.08, 0.07)
     for _ in range(rng.integers(0, 5)):  # repaired patches and stains
         x0 = rng.uniform(left, right - 1)
         z0 = rng.uniform(zn + 1, 40)
         patch = _ground(x0, min(right, x0 + rng.uniform(0.8, 4)), z0, z0 + rng.uniform(1, 8))
-        scene.fill([scene.project(patch)], road_colour * rng.uniform(0.7, 1.25), ROAD, 0.1, 0.15)
+        scene.paint([patch], road_colour * rng.uniform(0.7, 1.25), ROAD, 0.1, 0.15)
     paint = _pick(rng, [(235, 235, 230), (225, 195, 70)], 10)
     lanes = max(1, int(round((right - left) / 3.3)))
     stop = min(street.z_end, 150)
@@ -234,7 +237,7 @@ def _paint_ground(scene, rng, street):
     scene.fill(marks, paint, ROAD, 0.1, 0.1)
     if rng.random() < 0.4:  # manhole cover
         disc = _ground_disc(rng.uniform(left + 1, right - 1), rng.uniform(5, 20), 0.35)
-        scene.fill([scene.project(disc)], road_colour * 0.6, ROAD)
+        scene.paint([disc], road_colour * 0.6, ROAD)
 
 
 @dataclass
@@ -252,10 +255,10 @@ def _draw_building(scene, rng, side, x, z0, z1, height, light, sky_colour):
     colour = _pick(rng, BUILDING_COLOURS) * rng.uniform(0.8, 1.15)
     if z0 > SIDE_Z_MIN:  # the wall facing the camera where the previous building ends
         face = _front(*sorted((x, x + side * 15.0)), 0, height, z0)
-        scene.fill([scene.project(face)], colour * (1 - 0.25 * light.sun), BUILDING, 0.04, 0.08)
+        scene.paint([face], colour * (1 - 0.25 * light.sun), BUILDING, 0.04, 0.08)
     zs = max(z0, SIDE_Z_MIN)
     gain = light.facade_gain(side)
-    scene.fill([scene.project(_lateral(x, 0, height, zs, z1))], colour * gain, BUILDING, 0.04, 0.08)
+    scene.paint([_lateral(x, 0, height, zs, z1)], colour * gain, BUILDING, 0.04, 0.08)
     floor_h, spacing = rng.uniform(2.8, 3.6), rng.uniform(2.2, 4.0)
     win_w, win_h = spacing * rng.uniform(0.35, 0.7), floor_h * rng.uniform(0.4, 0.65)
     if rng.random() < 0.3:  # cornice bands between floors
@@ -264,7 +267,7 @@ def _draw_building(scene, rng, side, x, z0, z1, height, light, sky_colour):
         scene.fill(bands, colour * gain * rng.uniform(0.75, 1.2))
     first = 0
     if rng.random() < 0.5:  # shop front: a glass band on the ground floor
-        scene.fill([scene.project(_lateral(x, 0.4, floor_h * 0.8, zs, z1))],
+        scene.paint([_lateral(x, 0.4, floor_h * 0.8, zs, z1)],
                    _pick(rng, [(40, 45, 55), tuple(sky_colour * 0.6)], 20), BUILDING, 0.02, 0.05)
         first = 1
     if rng.random() < 0.1:
@@ -291,7 +294,7 @@ def _draw_tree(scene, rng, x, z, size=1.0):
     trunk_h, crown_r = rng.uniform(1.8, 3.5) * size, rng.uniform(1.5, 3.5) * size
     trunk = _pick(rng, [(80, 65, 50), (100, 100, 95)], 15)
     stem = _front(x - 0.15 * size, x + 0.15 * size, 0, trunk_h + crown_r * 0.5, z)
-    scene.fill([scene.project(stem)], trunk, VEGETATION, 0.1, 0.2)
+    scene.paint([stem], trunk, VEGETATION, 0.1, 0.2)
     green = _pick(rng, GREENS, 15)
     cy = trunk_h + crown_r * 0.8
     ang = np.linspace(0, 2 * np.pi, 32, endpoint=False)
@@ -305,7 +308,7 @@ def _draw_tree(scene, rng, x, z, size=1.0):
         scene.fill([clump], green * rng.uniform(0.6, 1.35), VEGETATION)
 
 
-def _draw_gap(scene, rng, side, x, z0, z1, kind):
+def _draw_gap(scene, rng, x, z0, z1, kind):
     zs = max(z0, SIDE_Z_MIN)
     if zs >= z1:
         return
@@ -313,12 +316,12 @@ def _draw_gap(scene, rng, side, x, z0, z1, kind):
         zz = np.arange(zs, z1, 0.5)
         top = rng.uniform(0.8, 2.0) + 0.12 * rng.standard_normal(len(zz))
         pts = [(x, 0, zs)] + [(x, t, z) for t, z in zip(top, zz)] + [(x, top[-1], z1), (x, 0, z1)]
-        scene.fill([scene.project(pts)], _pick(rng, GREENS), VEGETATION, 0.25, 0.4)
+        scene.paint([pts], _pick(rng, GREENS), VEGETATION, 0.25, 0.4)
     elif kind == 'wall':
         colour = _pick(rng, BUILDING_COLOURS)
         h = rng.uniform(0.8, 2.5)
-        scene.fill([scene.project(_lateral(x, 0, h, zs, z1))], colour, WALL, 0.06, 0.15)
-        scene.fill([scene.project(_lateral(x, h - 0.15, h, zs, z1))], colour * 1.15, WALL)
+        scene.paint([_lateral(x, 0, h, zs, z1)], colour, WALL, 0.06, 0.15)
+        scene.paint([_lateral(x, h - 0.15, h, zs, z1)], colour * 1.15, WALL)
     elif kind == 'fence':
         colour = _pick(rng, [(60, 75, 60), (110, 110, 110), (50, 50, 52)], 12)
         h = rng.uniform(1.0, 2.0)
@@ -333,12 +336,11 @@ def _draw_pole(scene, rng, side, x, z, kind):
     colour = _pick(rng, GREYS + [(55, 65, 55), (40, 40, 42)], 10)
     w = rng.uniform(0.1, 0.22)
     h = rng.uniform(*{'light': (6, 9), 'sign': (2.4, 3.4), 'signal': (3.2, 4.5)}[kind])
-    scene.fill([scene.project(_front(x - w / 2, x + w / 2, 0, h, z))], colour, POLE, 0.04, 0.05)
+    scene.paint([_front(x - w / 2, x + w / 2, 0, h, z)], colour, POLE, 0.04, 0.05)
     if kind == 'light':  # arm reaching over the road with a lamp head
         tip = x - side * rng.uniform(1.0, 2.5)
-        scene.fill([scene.project(_front(*sorted((x, tip)), h - 0.12, h, z))], colour, POLE)
-        scene.fill([scene.project(_front(*sorted((tip, tip - side * 0.6)), h - 0.25, h, z))],
-                   colour * 1.2, POLE)
+        scene.paint([_front(*sorted((x, tip)), h - 0.12, h, z)], colour, POLE)
+        scene.paint([_front(*sorted((tip, tip - side * 0.6)), h - 0.25, h, z)], colour * 1.2, POLE)
     elif kind == 'sign':
         s, cy = rng.uniform(0.55, 0.85), h - 0.35
         shape = rng.integers(3)
@@ -358,7 +360,7 @@ def _draw_pole(scene, rng, side, x, z, kind):
         bx = x - side * 0.2
         housing = _pick(rng, [(30, 32, 30), (70, 80, 50), (120, 120, 118)], 10)
         box = _front(bx - 0.17, bx + 0.17, h - 1.0, h, z - 0.05)
-        scene.fill([scene.project(box)], housing, LIGHT, 0.03, 0.05)
+        scene.paint([box], housing, LIGHT, 0.03, 0.05)
         on = rng.integers(3)
         for i, lit in enumerate([(255, 40, 30), (255, 190, 40), (60, 230, 120)]):
             c = np.float32(lit) if i == on else housing * 0.5 + 20
@@ -379,52 +381,44 @@ def _draw_vehicle(scene, rng, x, z, kind, light):
     scene.darken(scene.project(contact), 0.45 + 0.2 * (1 - light.sun))
     sx = x0 if x0 > 0.3 else (x1 if x1 < -0.3 else None)  # the side facing the camera, if any
     if sx is not None:
-        side_gain = 0.85
-        body = _lateral(sx, 0.25, belt, z, z + length)
-        scene.fill([scene.project(body)], colour * side_gain, label, 0.02, 0.05)
+        scene.paint([_lateral(sx, 0.25, belt, z, z + length)], colour * 0.85, label, 0.02, 0.05)
         if kind == 'car':
             cabin = [(sx, belt, z + 0.12 * length), (sx, h, z + 0.32 * length),
                      (sx, h, z + 0.72 * length), (sx, belt, z + 0.88 * length)]
-            scene.fill([scene.project(cabin)], colour * side_gain, label)
+            scene.paint([cabin], colour * 0.85, label)
             win = [(sx, belt + 0.06, z + 0.2 * length), (sx, h - 0.06, z + 0.35 * length),
                    (sx, h - 0.06, z + 0.7 * length), (sx, belt + 0.06, z + 0.8 * length)]
-            scene.fill([scene.project(win)], glass, label, 0.02, 0.03)
+            scene.paint([win], glass, label, 0.02, 0.03)
         elif kind == 'bus':
             zw = np.arange(z + 0.5, z + length - 1.5, 1.6)
-            scene.fill([scene.project(_lateral(sx, 1.3, h - 0.35, a, a + 1.4)) for a in zw],
-                       glass, label)
+            scene.paint([_lateral(sx, 1.3, h - 0.35, a, a + 1.4) for a in zw], glass, label)
         else:
             cab_window = _lateral(sx, belt * 0.45, belt - 0.2, z + length - 2.0, z + length - 0.4)
-            scene.fill([scene.project(cab_window)], glass, label)
+            scene.paint([cab_window], glass, label)
         r = 0.32 if kind == 'car' else 0.5
         ang = np.linspace(0, 2 * np.pi, 14, endpoint=False)
-        wheels = [np.stack([np.full(14, sx), r + r * np.sin(ang), c + r * np.cos(ang)], -1)
-                  for c in (z + 0.18 * length, z + 0.82 * length)]
-        wheels = [scene.project(wheel) for wheel in wheels]
-        scene.fill(wheels, tyre, label)
+        scene.paint([np.stack([np.full(14, sx), r + r * np.sin(ang), c + r * np.cos(ang)], -1)
+                     for c in (z + 0.18 * length, z + 0.82 * length)], tyre, label)
     if kind == 'car':
         if scene.cam_height > h:
             roof = _ground(x0 + 0.25, x1 - 0.25, z + 0.6, z + 0.7 * length, h)
-            scene.fill([scene.project(roof)], colour, label)
-        scene.fill([scene.project(_ground(x0, x1, z, z + 0.6, belt))], colour, label)
+            scene.paint([roof], colour, label)
+        scene.paint([_ground(x0, x1, z, z + 0.6, belt)], colour, label)
         cabin = [(x0 + 0.1, belt, z + 0.6), (x1 - 0.1, belt, z + 0.6), (x1 - 0.25, h, z + 0.6),
                  (x0 + 0.25, h, z + 0.6)]
-        scene.fill([scene.project(cabin)], colour, label)
+        scene.paint([cabin], colour, label)
         win = [(x0 + 0.2, belt + 0.05, z + 0.59), (x1 - 0.2, belt + 0.05, z + 0.59),
                (x1 - 0.32, h - 0.07, z + 0.59), (x0 + 0.32, h - 0.07, z + 0.59)]
-        scene.fill([scene.project(win)], glass, label, 0.02, 0.03)
-    wheels = [scene.project(_front(a, a + 0.25, 0, 0.35, z + 0.3)) for a in (x0 + 0.05, x1 - 0.3)]
-    scene.fill(wheels, tyre, label)
-    scene.fill([scene.project(_front(x0, x1, 0.22, belt, z))], colour, label, 0.02, 0.05)
+        scene.paint([win], glass, label, 0.02, 0.03)
+    scene.paint([_front(a, a + 0.25, 0, 0.35, z + 0.3) for a in (x0 + 0.05, x1 - 0.3)], tyre, label)
+    scene.paint([_front(x0, x1, 0.22, belt, z)], colour, label, 0.02, 0.05)
     if kind == 'bus':
-        rear_window = _front(x0 + 0.15, x1 - 0.15, belt * 0.55, belt - 0.2, z - 0.01)
-        scene.fill([scene.project(rear_window)], glass, label)
+        scene.paint([_front(x0 + 0.15, x1 - 0.15, belt * 0.55, belt - 0.2, z - 0.01)], glass, label)
     lamp_y = belt - 0.28
-    lamps = [scene.project(_front(a, a + 0.25, lamp_y, lamp_y + 0.15, z - 0.01))
-             for a in (x0 + 0.05, x1 - 0.3)]
-    scene.fill(lamps, _pick(rng, [(190, 25, 25)], 20), label)
+    lamps = [_front(a, a + 0.25, lamp_y, lamp_y + 0.15, z - 0.01) for a in (x0 + 0.05, x1 - 0.3)]
+    scene.paint(lamps, _pick(rng, [(190, 25, 25)], 20), label)
     plate = _front(x - 0.26, x + 0.26, 0.4, 0.52, z - 0.01)
-    scene.fill([scene.project(plate)], _pick(rng, [(225, 225, 220)], 10), label)
+    scene.paint([plate], _pick(rng, [(225, 225, 220)], 10), label)
 
 
 def _draw_person(scene, rng, x, z):
@@ -434,18 +428,16 @@ def _draw_person(scene, rng, x, z):
     legs = [scene.project(_front(x - 0.17 + stride, x - 0.03, 0, 0.48 * h, z)),
             scene.project(_front(x + 0.03, x + 0.17 - stride, 0, 0.48 * h, z))]
     scene.fill(legs, trousers, PERSON, 0.05, 0.08)
-    arms = _front(x - 0.3, x + 0.3, 0.5 * h, 0.8 * h, z)
-    scene.fill([scene.project(arms)], shirt * 0.9, PERSON)
+    scene.paint([_front(x - 0.3, x + 0.3, 0.5 * h, 0.8 * h, z)], shirt * 0.9, PERSON)
     torso = [(x - 0.2, 0.45 * h, z), (x + 0.2, 0.45 * h, z), (x + 0.23, 0.82 * h, z),
              (x - 0.23, 0.82 * h, z)]
-    scene.fill([scene.project(torso)], shirt, PERSON, 0.05, 0.08)
+    scene.paint([torso], shirt, PERSON, 0.05, 0.08)
     scene.fill([scene.disc((x, 0.91 * h, z), 0.075 * h, 14)], skin, PERSON, 0.03, 0.05)
-    hair = scene.project([(x - 0.075 * h, 0.92 * h, z), (x + 0.075 * h, 0.92 * h, z),
-                          (x, 0.99 * h, z)])
-    scene.fill([hair], _pick(rng, [(30, 25, 20), (110, 80, 50), (200, 180, 120)], 10), PERSON)
+    hair = [(x - 0.075 * h, 0.92 * h, z), (x + 0.075 * h, 0.92 * h, z), (x, 0.99 * h, z)]
+    scene.paint([hair], _pick(rng, [(30, 25, 20), (110, 80, 50), (200, 180, 120)], 10), PERSON)
     if rng.random() < 0.25:
         bag = _front(x + 0.2, x + 0.42, 0.4 * h, 0.6 * h, z - 0.05)
-        scene.fill([scene.project(bag)], _pick(rng, CLOTHES), PERSON)
+        scene.paint([bag], _pick(rng, CLOTHES), PERSON)
 
 
 def _plan_side(rng, scene, street, side, light, sky_colour, back, shadows):
@@ -456,7 +448,7 @@ def _plan_side(rng, scene, street, side, light, sky_colour, back, shadows):
         if rng.random() < 0.35:  # gap between buildings
             z1 = min(z + rng.uniform(4, 16), street.z_end)
             kind = ('hedge', 'wall', 'fence', 'open', 'open')[rng.integers(5)]
-            back.append((z1, functools.partial(_draw_gap, scene, rng, side, x_facade, z, z1, kind)))
+            back.append((z1, functools.partial(_draw_gap, scene, rng, x_facade, z, z1, kind)))
             for tz in np.arange(z + rng.uniform(1, 4), z1, rng.uniform(3, 7)):
                 if tz > 2:
                     tx = x_facade + side * rng.uniform(1, 5)
@@ -569,7 +561,7 @@ def render_scene(rng, height, width):
             x1 = x + rng.uniform(8, 30)
             colour = _pick(rng, BUILDING_COLOURS) * 0.6 + sky_colour * 0.4
             face = _front(x, x1, 0, rng.uniform(8, 45), street.z_end + rng.uniform(0, 8))
-            scene.fill([scene.project(face)], colour, BUILDING, 0.03, 0.1)
+            scene.paint([face], colour, BUILDING, 0.03, 0.1)
             x = x1
     for _, draw in sorted(back, key=lambda item: -item[0]):  # far to near
         draw()
