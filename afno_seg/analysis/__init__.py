@@ -1,10 +1,9 @@
 """Cost analysis on top of mmengine's ``FlopAnalyzer`` (``docs/flops.md``): FLOP handles for FFTs,
-complex products and attention (:mod:`.flops`, :mod:`.tracing`), the per-stage / per-component
-breakdown of a segmentor (:mod:`.breakdown`, :mod:`.report`) and of a config (:mod:`.config_cost`),
-the mixer complexity sweep (:mod:`.complexity`), the B0-B5 scaling table (:mod:`.scaling`), the
-reconciliation with the AFNO paper (:mod:`.reconcile`) and the memory of a training step
-(:mod:`.memory`). The drivers that run experiments are in :mod:`afno_seg.experiments`.
-"""
+complex products and attention (:mod:`.flops`, :mod:`.tracing`), per-stage breakdowns of a
+segmentor (:mod:`.breakdown`, :mod:`.report`) and of a config (:mod:`.config_cost`), the mixer
+sweep (:mod:`.complexity`), the B0-B5 scaling table (:mod:`.scaling`), the AFNO paper reconciled
+(:mod:`.reconcile`) and the memory of a training step (:mod:`.memory`). Experiment drivers are in
+:mod:`afno_seg.experiments`."""
 from .breakdown import analyze_segmentor
 from .flops import FLOPS_PER_MAC, build_flop_analyzer, count_mixer_flops
 from .report import breakdown_markdown, summarize, write_report

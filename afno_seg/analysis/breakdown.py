@@ -61,9 +61,8 @@ def _leaf_counts(analyzer, prefix: str) -> dict[str, Counter]:
     """Counts of each module's own ops (descendants' ops removed), keyed by name minus prefix."""
     counts = analyzer.by_module_and_operator()
     children = defaultdict(list)
-    for name in counts:
-        if name:
-            children[name.rsplit('.', 1)[0] if '.' in name else ''].append(name)
+    for name in filter(None, counts):  # the root ('') is no one's child
+        children[name.rpartition('.')[0]].append(name)
     leaf = {}
     for name, counter in counts.items():
         own = Counter(counter)
@@ -71,7 +70,7 @@ def _leaf_counts(analyzer, prefix: str) -> dict[str, Counter]:
             own.subtract(counts[child])
         own = Counter({op: v for op, v in own.items() if abs(v) > 1e-9})
         if own:
-            leaf[name[len(prefix):] if name.startswith(prefix) else name] = own
+            leaf[name.removeprefix(prefix)] = own
     return leaf
 
 
@@ -146,15 +145,14 @@ def analyze_segmentor(model: nn.Module, image_hw: tuple[int, int], attention_sta
     stages, analytic = {}, defaultdict(lambda: defaultdict(float))
     for name, grid in grids.items():
         group, mixer = f'stage {mit_position(name).stage + 1}', model.backbone.get_submodule(name)
-        stage = stages.setdefault(group, dict(grid=list(grid), mixers=Counter(),
-                                              channels=getattr(mixer, 'embed_dims', None)))
-        stage['mixers'][type(mixer).__name__] += 1
+        stage = stages.setdefault(group, dict(
+            grid=list(grid), mixers={}, channels=getattr(mixer, 'embed_dims', None), layers=0))
+        kind = type(mixer).__name__
+        stage['mixers'][kind] = stage['mixers'].get(kind, 0) + 1
+        stage['layers'] += 1
         if callable(getattr(mixer, 'flops', None)):  # mmseg's attention has none
             for term, value in mixer.flops(grid).items():
                 analytic[group]['mixer: FFT' if term == 'fft' else 'mixer: rest'] += value
-    for stage in stages.values():
-        stage['layers'] = sum(stage['mixers'].values())
-        stage['mixers'] = dict(stage['mixers'])
 
     rows, keys = [], {*macs, *params}
     for group in sorted({g for g, _ in keys}, key=_group_order):
@@ -171,8 +169,7 @@ def analyze_segmentor(model: nn.Module, image_hw: tuple[int, int], attention_sta
             rows.append(row)
     total_macs = analyzer.total()
     return dict(
-        image_hw=list(image_hw),
-        rows=rows,
+        image_hw=list(image_hw), rows=rows,
         total=dict(macs=total_macs, flops=FLOPS_PER_MAC * total_macs,
                    params=parameter_count(model)['']),
         unsupported_ops=dict(sorted(analyzer.unsupported_ops().items())),

@@ -17,11 +17,10 @@ __all__ = ['analyze_config', 'depth_scaled_cost', 'image_shape']
 
 
 def image_shape(shape: list[int]) -> tuple[int, int]:
-    if len(shape) == 1:
-        return shape[0], shape[0]
-    if len(shape) == 2:
-        return shape[0], shape[1]
-    raise ValueError(f'--shape takes H W or one size, got {shape}')
+    """``--shape H W``, or one size for a square, as ``(H, W)``."""
+    if len(shape) not in (1, 2):
+        raise ValueError(f'--shape takes H W or one size, got {shape}')
+    return shape[0], shape[-1]
 
 
 def _build(cfg):

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from mmengine.analysis import FlopAnalyzer
-from mmengine.analysis.jit_handles import addmm_flop_jit, einsum_flop_jit, get_shape
+from mmengine.analysis import FlopAnalyzer, jit_handles
+from mmengine.analysis.jit_handles import get_shape
 from torch import Tensor, nn
 
 from ..mixers.spectral import fft_flops
@@ -137,23 +137,13 @@ def baddbmm_flop_jit(inputs: list, outputs: list) -> int:
     return _matmul_macs(get_shape(inputs[1]), get_shape(inputs[2]))
 
 
-def linear_flop_jit(inputs: list, outputs: list) -> int:
-    """``aten::linear(x, weight, bias)``: ``prod(x.shape) * out_features``."""
-    return _prod(get_shape(inputs[0])) * get_shape(inputs[1])[0]
-
-
 def _complex_aware(handle: Callable) -> Callable:
-    """Wrap a real product handle: a complex multiply-add is 4 real ones."""
+    """Wrap a real product handle (a count of multiply-adds): a complex one is 4 real ones."""
 
-    def complex_aware_handle(inputs: list, outputs: list):
+    def complex_aware_handle(inputs: list, outputs: list) -> int | float:
         count = handle(inputs, outputs)
-        if not any(_is_complex(v) for v in inputs):
-            return count
-        if isinstance(count, Counter):
-            return Counter({k: 4 * v for k, v in count.items()})
-        return 4 * count
+        return 4 * count if any(_is_complex(v) for v in inputs) else count
 
-    complex_aware_handle.__name__ = handle.__name__
     return complex_aware_handle
 
 
@@ -187,9 +177,9 @@ FLOP_HANDLES: dict[str, Callable | None] = {
                      'prim::PythonOp._ShapeOnlyAttention'), attention_flop_jit),
     **dict.fromkeys(('aten::matmul', 'aten::mm', 'aten::bmm'), _complex_aware(matmul_flop_jit)),
     'aten::baddbmm': _complex_aware(baddbmm_flop_jit),
-    'aten::linear': _complex_aware(linear_flop_jit),
-    'aten::addmm': _complex_aware(addmm_flop_jit),
-    'aten::einsum': _complex_aware(einsum_flop_jit),
+    'aten::linear': _complex_aware(jit_handles.linear_flop_jit),
+    'aten::addmm': _complex_aware(jit_handles.addmm_flop_jit),
+    'aten::einsum': _complex_aware(jit_handles.einsum_flop_jit),
     'aten::mul': complex_mul_flop_jit,
     'aten::mul_': complex_mul_flop_jit,
     **dict.fromkeys(('aten::view_as_real', 'aten::view_as_complex', 'aten::complex', 'aten::real',
@@ -225,8 +215,7 @@ def count_mixer_flops(mixer: nn.Module, hw_shape: tuple[int, int], batch_size: i
     Returns:
         Counter: FLOPs by operator name, norms (mmengine's estimates) included under their names.
     """
-    height, width = hw_shape
-    tokens = torch.randn(batch_size, height * width, mixer.embed_dims,
+    tokens = torch.randn(batch_size, math.prod(hw_shape), mixer.embed_dims,
                          device=next(iter(mixer.parameters()), torch.empty(0)).device)
     analyzer = build_flop_analyzer(_TokenMixerCall(mixer, hw_shape).eval(), (tokens, ))
     with tracing_for_flops(attention_stand_in):

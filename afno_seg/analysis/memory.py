@@ -85,10 +85,8 @@ def random_batch(crop: int, num_classes: int, generator: torch.Generator,
                               generator=generator)
         label = cells.repeat_interleave(16, 1).repeat_interleave(16, 2)[:, :crop, :crop]
         label[:, :crop // 32] = 255
-        sample = SegDataSample(gt_sem_seg=PixelData(data=label))
-        sample.set_metainfo(dict(img_shape=(crop, crop), ori_shape=(crop, crop),
-                                 pad_shape=(crop, crop)))
-        samples.append(sample)
+        samples.append(SegDataSample(gt_sem_seg=PixelData(data=label), metainfo=dict(
+            img_shape=(crop, crop), ori_shape=(crop, crop), pad_shape=(crop, crop))))
     return dict(inputs=inputs, data_samples=samples)
 
 
@@ -127,9 +125,8 @@ def fake_saved_bytes(model: torch.nn.Module, crop: int, batch: int = 1,
     dtype = {'fp16': torch.float16, 'bf16': torch.bfloat16}.get(precision)
     with FakeTensorMode(allow_non_fake_inputs=True), counter, torch.autocast(
             'cpu', dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-        inputs = torch.empty(batch, 3, crop, crop)
         label = torch.zeros(batch, crop, crop, dtype=torch.long)
-        logits = model.decode_head(model.extract_feat(inputs))
+        logits = model.decode_head(model.extract_feat(torch.empty(batch, 3, crop, crop)))
         logits = torch.nn.functional.interpolate(logits, size=(crop, crop), mode='bilinear',
                                                  align_corners=model.decode_head.align_corners)
         losses = model.decode_head.loss_decode

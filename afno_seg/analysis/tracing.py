@@ -23,10 +23,9 @@ class _ShapeOnlyAttention(torch.autograd.Function):
 def shape_only_attention() -> Iterator[None]:
     """Replace ``F.scaled_dot_product_attention`` by a shape-only stand-in inside the block.
 
-    Counting needs only shapes; the real kernel at 65,536 tokens (full self-attention on a
-    1024 x 1024 crop, stage 1) takes minutes on a CPU. The stand-in is traced as
-    ``prim::PythonOp._ShapeOnlyAttention`` and counted by the same handle, so the count is
-    identical (``tests/test_flops.py`` checks it); only the output values are meaningless.
+    Counting needs only shapes, and the real kernel on full self-attention's 65,536 stage-1 tokens
+    at 1024 x 1024 takes minutes on a CPU. The stand-in is counted by the same handle, so the count
+    is identical (``tests/test_flops.py`` checks it); only the output values are meaningless.
     """
     original = F.scaled_dot_product_attention
 
@@ -45,11 +44,9 @@ def inline_autograd_functions() -> Iterator[None]:
     """Run custom ``torch.autograd.Function`` forwards as plain code inside the block.
 
     ``torch.jit`` records a custom Function as one opaque ``prim::PythonOp``, not the ops inside
-    it, so an FFT wrapped in a Function with a hand-written backward (as in
-    ``afno_seg.mixers.spectral``) would count as zero. Run inline, its ``aten::fft_*`` ops are
-    traced and counted by the handles of :mod:`afno_seg.analysis.flops`, whatever the Function is
-    called. Forward only: gradients are not tracked. (:class:`_ShapeOnlyAttention` stays opaque:
-    it is meant to be one node.)
+    it, so an FFT wrapped in one (a fast path's hand-written backward) would count as zero; run
+    inline, forward only, its ``aten::fft_*`` ops are traced and counted, whatever the Function is
+    called. :class:`_ShapeOnlyAttention` stays opaque: it is meant to be one node.
     """
     original = torch.autograd.Function.__dict__['apply']
     default_setup_context = torch.autograd.Function.setup_context

@@ -33,14 +33,10 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / 'data' / 'demo_cityscapes'
 #: Layout -> (image root, label root, split folders).
 LAYOUTS = {'cityscapes': ('leftImg8bit', 'gtFine', ('train', 'val')),
            'ade20k': ('images', 'annotations', ('training', 'validation'))}
-#: Demo (Cityscapes) class name -> ADE20K class name (mmseg's ADE20KDataset spelling); None: 0.
-CITYSCAPES_TO_ADE20K = {
-    'road': 'road', 'sidewalk': 'sidewalk', 'building': 'building', 'wall': 'wall',
-    'fence': 'fence', 'pole': 'pole', 'traffic light': 'traffic light',
-    'traffic sign': 'signboard', 'vegetation': 'tree', 'terrain': 'grass', 'sky': 'sky',
-    'person': 'person', 'rider': 'person', 'car': 'car', 'truck': 'truck', 'bus': 'bus',
-    'train': None, 'motorcycle': 'minibike', 'bicycle': 'bicycle',
-}
+#: Demo (Cityscapes) classes named otherwise in ADE20K (mmseg's ADE20KDataset spelling); the others
+#: keep their name. None: ADE20K has no such class (label 0).
+CITYSCAPES_TO_ADE20K = {'traffic sign': 'signboard', 'vegetation': 'tree', 'terrain': 'grass',
+                        'rider': 'person', 'train': None, 'motorcycle': 'minibike'}
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,8 +47,9 @@ def ade20k_label_table() -> np.ndarray:
     ade_classes = [name.strip() for name in ADE20KDataset.METAINFO['classes']]
     table = np.zeros(256, np.uint8)
     for train_id, name in enumerate(CLASSES):
-        if CITYSCAPES_TO_ADE20K[name] is not None:
-            table[train_id] = ade_classes.index(CITYSCAPES_TO_ADE20K[name]) + 1
+        ade_name = CITYSCAPES_TO_ADE20K.get(name, name)
+        if ade_name is not None:
+            table[train_id] = ade_classes.index(ade_name) + 1
     return table
 
 
@@ -90,10 +87,9 @@ def _write_meta(out_dir, meta):
 
 def _print_summary(fractions):
     print(f'{"class":>14} ' + ' '.join(f'{s:>7}' for s in fractions))
-    for c, name in enumerate(CLASSES + ('ignore',)):
-        key = str(IGNORE if c == len(CLASSES) else c)
-        print(f'{name:>14} '
-              + ' '.join(f'{100 * fractions[s].get(key, 0):6.2f}%' for s in fractions))
+    for label, name in [*enumerate(CLASSES), (IGNORE, 'ignore')]:
+        cells = (f'{100 * fractions[s].get(str(label), 0):6.2f}%' for s in fractions)
+        print(f'{name:>14} ' + ' '.join(cells))
 
 
 def generate(out_dir=DEFAULT_OUT, num_train=64, num_val=16, height=256, width=512, seed=0,

@@ -1,12 +1,10 @@
 """The demo street scenes: :func:`render_scene` draws one image and its Cityscapes train-id labels.
 
-See ``tools/dataset/make_demo_data.py`` for what the scenes look like and why. Parts, in the order
-they are drawn from: classes and palettes, noise, the camera and canvas, the static objects (sky,
-street, ground, buildings, trees, gaps, poles), vehicles and people, then the planning of both
-sides and the front of the street.
+What they look like and why: ``tools/dataset/make_demo_data.py``. Below, bottom-up: classes and
+palettes, noise, the camera and canvas, the objects, the planning of a street, the drawing.
 """
-import functools
 from dataclasses import dataclass
+from functools import lru_cache
 
 import cv2
 import numpy as np
@@ -133,7 +131,7 @@ class _Scene:
         return np.round(unit * (1.0, 0.92) + (px, py)).astype(np.int32)
 
 
-@functools.lru_cache(maxsize=None)
+@lru_cache(maxsize=None)
 def _unit_circle(n):
     ang = np.linspace(0, 2 * np.pi, n, endpoint=False)
     return np.stack([np.cos(ang), np.sin(ang)], -1)
@@ -181,8 +179,7 @@ def _plan_street(rng, scene):
     offset = rng.uniform(-0.3, 0.3) * width
     road = (-width / 2 - offset, width / 2 - offset)
     walk, verge = {}, {}
-    for side, kerb in ((-1, road[0]), (1, road[1])):
-        inner = kerb
+    for side, inner in ((-1, road[0]), (1, road[1])):
         verge[side] = None
         if rng.random() < 0.25:
             verge[side] = (inner, inner + side * rng.uniform(0.8, 2.5))
@@ -440,25 +437,24 @@ def _draw_person(scene, rng, x, z):
         scene.paint([bag], _pick(rng, CLOTHES), PERSON)
 
 
-def _plan_side(rng, scene, street, side, light, sky_colour, back, shadows):
-    """Facades, gaps and their contents along one side as (depth, draw) back-layer items."""
+def _plan_side(rng, street, side, light, sky_colour, back, shadows):
+    """Facades, gaps and their contents along one side as (depth, draw, args) back-layer items."""
     x_facade = street.facade(side)
     z = rng.uniform(-8, 4)
     while z < street.z_end:
         if rng.random() < 0.35:  # gap between buildings
             z1 = min(z + rng.uniform(4, 16), street.z_end)
             kind = ('hedge', 'wall', 'fence', 'open', 'open')[rng.integers(5)]
-            back.append((z1, functools.partial(_draw_gap, scene, rng, x_facade, z, z1, kind)))
+            back.append((z1, _draw_gap, (x_facade, z, z1, kind)))
             for tz in np.arange(z + rng.uniform(1, 4), z1, rng.uniform(3, 7)):
                 if tz > 2:
                     tx = x_facade + side * rng.uniform(1, 5)
-                    back.append((tz + 0.5, functools.partial(_draw_tree, scene, rng, tx, tz)))
+                    back.append((tz + 0.5, _draw_tree, (tx, tz)))
         else:
             z1 = min(z + rng.uniform(8, 35), street.z_end + 10)
             height = rng.uniform(5, 24) if rng.random() < 0.9 else rng.uniform(25, 45)
             x = x_facade + side * rng.uniform(0, 1.0)
-            back.append((z1, functools.partial(_draw_building, scene, rng, side, x, z, z1, height,
-                                               light, sky_colour)))
+            back.append((z1, _draw_building, (side, x, z, z1, height, light, sky_colour)))
             if light.sun > 0.2 and side == light.sun_side:  # its shadow falls across the street
                 reach = min(height * rng.uniform(0.3, 0.9), abs(x - street.facade(-side)))
                 dz = height * rng.uniform(-0.4, 0.4)
@@ -468,17 +464,16 @@ def _plan_side(rng, scene, street, side, light, sky_colour, back, shadows):
         z = z1
 
 
-def _plan_front(rng, scene, street, light, front, shadows):
-    """Poles, street trees, vehicles and people, as (depth, draw) items for the front layer."""
+def _plan_front(rng, street, light, front, shadows):
+    """Poles, street trees, vehicles and people, as (depth, draw, args) front-layer items."""
     for side in (-1, 1):
         kerb, (w_in, w_out) = street.kerb(side), street.walk[side]
         for z in np.arange(rng.uniform(3, 15), min(street.z_end, 120), rng.uniform(12, 35)):
             kind = ('light', 'light', 'sign', 'signal')[rng.integers(4)]
-            x = w_in + side * 0.5
-            front.append((z, functools.partial(_draw_pole, scene, rng, side, x, z, kind)))
+            front.append((z, _draw_pole, (side, w_in + side * 0.5, z, kind)))
         if rng.random() < 0.35:
             for z in np.arange(rng.uniform(4, 12), min(street.z_end, 90), rng.uniform(9, 18)):
-                front.append((z, functools.partial(_draw_tree, scene, rng, w_in + side, z, 0.8)))
+                front.append((z, _draw_tree, (w_in + side, z, 0.8)))
                 if light.sun > 0.2:  # crown shadow, kept in front of the camera (Z > 0)
                     radius = rng.uniform(1.5, 3)
                     zc = max(z + rng.uniform(-1, 1), street.z_near + radius)
@@ -487,13 +482,11 @@ def _plan_front(rng, scene, street, light, front, shadows):
             z = rng.uniform(2, 10)
             while z < min(street.z_end, 70):
                 if rng.random() < 0.75:
-                    x = kerb - side * 1.1
-                    draw = functools.partial(_draw_vehicle, scene, rng, x, z, 'car', light)
-                    front.append((z, draw))
+                    front.append((z, _draw_vehicle, (kerb - side * 1.1, z, 'car', light)))
                 z += rng.uniform(5, 9)
         for _ in range(rng.poisson(3 if rng.random() < 0.8 else 10)):
             x, z = rng.uniform(min(w_in, w_out) + 0.3, max(w_in, w_out) - 0.3), rng.uniform(3, 45)
-            front.append((z, functools.partial(_draw_person, scene, rng, x, z)))
+            front.append((z, _draw_person, (x, z)))
     left, right = street.road
     lanes = max(1, int(round((right - left) / 3.3)))
     taken = []
@@ -504,7 +497,7 @@ def _plan_front(rng, scene, street, light, front, shadows):
             continue
         taken.append((lane, z))
         kind = 'car' if rng.random() < 0.82 else ('bus', 'truck')[rng.integers(2)]
-        front.append((z, functools.partial(_draw_vehicle, scene, rng, x, z, kind, light)))
+        front.append((z, _draw_vehicle, (x, z, kind, light)))
 
 
 def _finish(scene, rng, sky_colour):
@@ -550,8 +543,8 @@ def render_scene(rng, height, width):
     street = _plan_street(rng, scene)
     back, front, shadows = [], [], []
     for side in (-1, 1):
-        _plan_side(rng, scene, street, side, light, sky_colour, back, shadows)
-    _plan_front(rng, scene, street, light, front, shadows)
+        _plan_side(rng, street, side, light, sky_colour, back, shadows)
+    _plan_front(rng, street, light, front, shadows)
     _paint_ground(scene, rng, street)
     for quad in shadows:
         scene.darken(scene.project(quad), 1 - 0.5 * light.sun)
@@ -563,10 +556,10 @@ def render_scene(rng, height, width):
             face = _front(x, x1, 0, rng.uniform(8, 45), street.z_end + rng.uniform(0, 8))
             scene.paint([face], colour, BUILDING, 0.03, 0.1)
             x = x1
-    for _, draw in sorted(back, key=lambda item: -item[0]):  # far to near
-        draw()
-    for _, draw in sorted(front, key=lambda item: -item[0]):
-        draw()
+    for _, draw, args in sorted(back, key=lambda item: -item[0]):  # far to near
+        draw(scene, rng, *args)
+    for _, draw, args in sorted(front, key=lambda item: -item[0]):
+        draw(scene, rng, *args)
     if rng.random() < 0.35:  # ego-vehicle hood: ignored, as in Cityscapes
         xs = np.linspace(0, width, 24)
         bulge = height * 0.05 * ((xs - width / 2) / (width / 2)) ** 2
