@@ -166,12 +166,12 @@ def test_saved_bytes_count_each_storage_once_without_parameters():
     weight = torch.nn.Parameter(torch.randn(8, 3))
     x = torch.randn(5, 8, requires_grad=True)
     counter = SavedTensorBytes([weight])
-    with counter.counting():
+    with counter:
         y = x.sigmoid()   # saves y
         z = y * y         # saves y twice: counted once
         (z @ weight).sum()  # saves z and the weight: the weight is a parameter
     assert counter.bytes == 2 * 5 * 8 * 4
-    with torch.no_grad(), counter.counting():
+    with torch.no_grad(), counter:
         x.sigmoid()
     assert counter.bytes == 2 * 5 * 8 * 4  # nothing saved without a graph
 

@@ -11,7 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import afno_seg.mixers as mixers
 from afno_seg.analysis import FLOPS_PER_MAC, build_flop_analyzer, count_mixer_flops
 from afno_seg.analysis.complexity import stage1_labels
-from afno_seg.analysis.flops import NORM_OPS, is_fft_op, shape_only_attention, tracing_for_flops
+from afno_seg.analysis.flops import NORM_OPS, is_fft_op
+from afno_seg.analysis.tracing import shape_only_attention, tracing_for_flops
 from afno_seg.mixers import AFNOMixer, FNetMixer, FNOMixer, GlobalFilterMixer
 from afno_seg.mixers.spectral import SpectralBand
 

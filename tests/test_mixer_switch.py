@@ -266,10 +266,9 @@ def ade_options(root: Path) -> list[str]:
 def test_ade20k_end_to_end(tmp_path):
     """Generated ADE20K-layout data -> mmseg's ADE20K B0 config with AFNO -> mIoU, a checkpoint
     and the derived config in the work_dir -> tools/inference.py with that config, no switch."""
-    from afno_seg.datasets.demo_ade20k import ade20k_label_table, generate_ade20k
-    from afno_seg.datasets.demo_scene_parts import CLASSES
+    from afno_seg.datasets.demo_dataset import CLASSES, ade20k_label_table, generate
     data = tmp_path / 'ade'
-    generate_ade20k(data, num_train=4, num_val=2, height=64, width=128, verbose=False)
+    generate(data, num_train=4, num_val=2, height=64, width=128, verbose=False, layout='ade20k')
     labels = [cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
               for p in sorted((data / 'annotations' / 'validation').glob('ADE_val_*.png'))]
     assert len(labels) == 2 and set(np.unique(labels)) <= set(ade20k_label_table().tolist())

@@ -1,22 +1,13 @@
 """Per-component cost of a segmentor: FLOPs and parameters per backbone stage, decode head, total.
 
-One ``torch.jit`` trace of the whole model (``backbone -> neck -> decode_head``, batch 1) through
-:func:`~afno_seg.analysis.flops.build_flop_analyzer`, then every op is attributed by the module
-that ran it. For MiT-style backbones (``afno_seg``'s ``MixerMiT`` and mmseg's
-``MixVisionTransformer`` share the module tree ``layers.{stage}.{0: patch embed, 1: encoder
-layers, 2: norm}``, each layer with ``attn`` (the mixer), ``ffn``, ``norm1``, ``norm2``), each stage
-gets the rows
-
-* ``patch embedding`` -- the strided convolution;
-* ``mixer: FFT`` and ``mixer: rest`` -- the mixer's FFT ops, and everything else it counts
-  (spectral MLP, filter, spectral weights, attention products, projections), with the op names;
-* ``FFN`` -- Mix-FFN (two 1x1 convs and the depth-wise 3x3);
-* ``norms`` -- every norm op of the stage (pre-norms, patch-embedding norm, stage norm, the
-  reduction norm inside efficient attention), with mmengine's per-element estimates;
-
-then ``decode head`` and ``total``. Other backbones get one ``backbone`` row. Parameters follow the
-same split (norm modules' parameters go to ``norms``). Mixers with an analytic ``flops(hw_shape)``
-also get it summed per stage, to compare with the traced count.
+One ``torch.jit`` trace of the whole model (batch 1) through
+:func:`~afno_seg.analysis.flops.build_flop_analyzer`; every op is attributed to the module that ran
+it. MiT-style backbones (``MixerMiT`` and mmseg's ``MixVisionTransformer`` share the module tree,
+:func:`~afno_seg.backbones.mit_checkpoint.mit_position`) get per stage the rows of
+:data:`COMPONENTS`: the strided patch-embedding conv, the mixer's FFT ops and the rest of it,
+Mix-FFN, and every norm of the stage (mmengine's per-element estimates); then ``decode head`` and
+``total``. Other backbones get one ``backbone`` row. Parameters follow the same split. Mixers with
+an analytic ``flops(hw_shape)`` also get it summed per stage, beside the traced count.
 """
 from collections import Counter, defaultdict
 
@@ -70,9 +61,8 @@ def _leaf_counts(analyzer, prefix: str) -> dict[str, Counter]:
     """Counts of each module's own ops (descendants' ops removed), keyed by name minus prefix."""
     counts = analyzer.by_module_and_operator()
     children = defaultdict(list)
-    for name in counts:
-        if name:
-            children[name.rsplit('.', 1)[0] if '.' in name else ''].append(name)
+    for name in filter(None, counts):  # the root ('') is no one's child
+        children[name.rpartition('.')[0]].append(name)
     leaf = {}
     for name, counter in counts.items():
         own = Counter(counter)
@@ -80,7 +70,7 @@ def _leaf_counts(analyzer, prefix: str) -> dict[str, Counter]:
             own.subtract(counts[child])
         own = Counter({op: v for op, v in own.items() if abs(v) > 1e-9})
         if own:
-            leaf[name[len(prefix):] if name.startswith(prefix) else name] = own
+            leaf[name.removeprefix(prefix)] = own
     return leaf
 
 
@@ -92,32 +82,16 @@ def _hook_mixers(model: nn.Module) -> tuple[dict, list]:
     trace is for one fixed input size anyway, so the grid is frozen to constants here.
     """
     grids, handles = {}, []
-    backbone = getattr(model, 'backbone', None)
-    for name, module in (backbone.named_modules() if backbone is not None else []):
+    for name, module in model.backbone.named_modules():
         at = mit_position(name)
         if at is not None and at.slot == 1 and at.part == 'attn' and not at.rest:
 
             def hook(mod, args, _name=name):
-                if len(args) < 2:
-                    return None
                 grids[_name] = tuple(int(v) for v in args[1])
                 return (args[0], grids[_name], *args[2:])
 
             handles.append(module.register_forward_pre_hook(hook))
     return grids, handles
-
-
-def _analytic_flops(model: nn.Module, grids: dict) -> dict[str, dict[str, float]]:
-    """Per stage: the mixers' analytic FLOPs, split into ``fft`` and the rest."""
-    totals = defaultdict(lambda: defaultdict(float))
-    for name, grid in grids.items():
-        stage = mit_position(name).stage + 1
-        mixer = model.backbone.get_submodule(name)
-        if not callable(getattr(mixer, 'flops', None)):
-            continue
-        for term, value in mixer.flops(grid).items():
-            totals[f'stage {stage}']['mixer: FFT' if term == 'fft' else 'mixer: rest'] += value
-    return totals
 
 
 def _param_components(model: nn.Module) -> dict[tuple[str, str], int]:
@@ -126,11 +100,9 @@ def _param_components(model: nn.Module) -> dict[tuple[str, str], int]:
         own = sum(p.numel() for p in module.parameters(recurse=False))
         if not own:
             continue
-        group, component = _component(module_name, '')
+        group, component = _component(module_name, '')  # a mixer's go to 'mixer: rest'
         if isinstance(module, _NORM_MODULES) and group.startswith('stage'):
             component = 'norms'
-        elif group.startswith('stage') and component == 'mixer: FFT':
-            component = 'mixer: rest'  # the mixer's parameters, whatever kind of op uses them
         counts[(group, component)] += own
     return counts
 
@@ -153,9 +125,8 @@ def analyze_segmentor(model: nn.Module, image_hw: tuple[int, int], attention_sta
         channels, layers and mixer types of each backbone stage).
     """
     model = revert_sync_batchnorm(model).to(device).eval()
-    wrapper = _TensorForward(model)
-    inputs = torch.randn(1, 3, *image_hw, device=device)
-    analyzer = build_flop_analyzer(wrapper, (inputs, ))
+    analyzer = build_flop_analyzer(_TensorForward(model),
+                                   (torch.randn(1, 3, *image_hw, device=device), ))
     grids, handles = _hook_mixers(model)
     try:
         with tracing_for_flops(attention_stand_in):
@@ -171,25 +142,24 @@ def analyze_segmentor(model: nn.Module, image_hw: tuple[int, int], attention_sta
             macs[key] += value
             ops[key][op] += value
     params = _param_components(model)
-    analytic = _analytic_flops(model, grids)
-    stages = {}
+    stages, analytic = {}, defaultdict(lambda: defaultdict(float))
     for name, grid in grids.items():
-        stage = stages.setdefault(f'stage {mit_position(name).stage + 1}', dict(
-            grid=list(grid), mixers=Counter(), channels=getattr(
-                model.backbone.get_submodule(name), 'embed_dims', None)))
-        stage['mixers'][type(model.backbone.get_submodule(name)).__name__] += 1
-    for stage in stages.values():
-        stage['layers'] = sum(stage['mixers'].values())
-        stage['mixers'] = dict(stage['mixers'])
+        group, mixer = f'stage {mit_position(name).stage + 1}', model.backbone.get_submodule(name)
+        stage = stages.setdefault(group, dict(
+            grid=list(grid), mixers={}, channels=getattr(mixer, 'embed_dims', None), layers=0))
+        kind = type(mixer).__name__
+        stage['mixers'][kind] = stage['mixers'].get(kind, 0) + 1
+        stage['layers'] += 1
+        if callable(getattr(mixer, 'flops', None)):  # mmseg's attention has none
+            for term, value in mixer.flops(grid).items():
+                analytic[group]['mixer: FFT' if term == 'fft' else 'mixer: rest'] += value
 
-    rows = []
-    groups = sorted({g for g, _ in list(macs) + list(params)}, key=_group_order)
-    for group in groups:
-        components = COMPONENTS if group.startswith('stage') else sorted(
-            {c for g, c in list(macs) + list(params) if g == group})
-        extra = sorted({c for g, c in list(macs) + list(params)
-                        if g == group and c not in components})
-        for component in list(components) + extra:
+    rows, keys = [], {*macs, *params}
+    for group in sorted({g for g, _ in keys}, key=_group_order):
+        components = sorted({c for g, c in keys if g == group} - set(COMPONENTS))
+        if group.startswith('stage'):
+            components = [*COMPONENTS, *components]
+        for component in components:
             key = (group, component)
             row = dict(group=group, component=component, macs=macs.get(key, 0.0),
                        flops=FLOPS_PER_MAC * macs.get(key, 0.0), params=params.get(key, 0),
@@ -199,8 +169,7 @@ def analyze_segmentor(model: nn.Module, image_hw: tuple[int, int], attention_sta
             rows.append(row)
     total_macs = analyzer.total()
     return dict(
-        image_hw=list(image_hw),
-        rows=rows,
+        image_hw=list(image_hw), rows=rows,
         total=dict(macs=total_macs, flops=FLOPS_PER_MAC * total_macs,
                    params=parameter_count(model)['']),
         unsupported_ops=dict(sorted(analyzer.unsupported_ops().items())),

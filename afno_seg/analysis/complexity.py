@@ -1,13 +1,10 @@
 """Mixer cost against token count: analytic ``flops()`` next to the traced count, table and plot.
 
-Every listed mixer variant of the catalogue (:func:`afno_seg.mixers.mixer_catalogue`) at
-SegFormer-B3's stage-1 settings (64 channels, 1 head, reduction 8 for efficient attention, GFN's
-filter stored at the stage-1 grid of a 1024 crop) on square grids from 32 x 32 to 512 x 512 tokens
-(1,024 to 262,144), one image. The counted column is a ``torch.jit`` trace through
-:func:`~afno_seg.analysis.flops.count_mixer_flops` with norms excluded (the analytic counts leave
-element-wise work out). Attention is traced with the real kernels up to
-``real_attention_max_tokens`` and through the shape-only stand-in above (same count; full
-self-attention at 262,144 tokens is ~18 TFLOPs).
+Every listed catalogue variant at SegFormer-B3's stage-1 settings (64 channels, 1 head, reduction 8
+for efficient attention, GFN's filter stored at the stage-1 grid of a 1024 crop) on square grids
+of 32 x 32 to 512 x 512 tokens, one image. The traced count leaves norms out, as the analytic
+counts leave element-wise work out; attention runs the real kernels up to
+``real_attention_max_tokens`` tokens and the shape-only stand-in above (same count).
 """
 from collections.abc import Sequence
 
@@ -75,24 +72,20 @@ def sweep_markdown(records: list[dict]) -> str:
     header = ' | '.join(f'{h}x{w} ({n:,})' for n, (h, w) in grids)
     lines = [f'| mixer (GFLOPs, analytic / counted) | {header} |',
              '| --- |' + ' ---: |' * len(grids)]
+    cells = {(r['mixer'], r['tokens']): r for r in records}
     for label in dict.fromkeys(r['mixer'] for r in records):
-        cells = []
-        for tokens, _ in grids:
-            record = next(r for r in records if r['mixer'] == label and r['tokens'] == tokens)
-            cell = f'{_fmt(record["analytic_gflops"])} / {_fmt(record["counted_gflops"])}'
-            if record['attention'] == 'stand-in':
-                cell += ' *'
-            cells.append(cell)
-        lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
+        row = [cells[label, tokens] for tokens, _ in grids]
+        lines.append(f'| {label} | ' + ' | '.join(
+            f'{_fmt(r["analytic_gflops"])} / {_fmt(r["counted_gflops"])}'
+            + (' *' if r['attention'] == 'stand-in' else '') for r in row) + ' |')
     return '\n'.join(lines) + '\n'
 
 
 def plot_sweep(records: list[dict], path: str, channels: int = 64) -> None:
     """Log-log plot of mixer GFLOPs against tokens: analytic lines, counted markers."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6.4, 4.4), dpi=100)
+    ax = fig.subplots()
     for index, label in enumerate(dict.fromkeys(r['mixer'] for r in records)):
         mine = sorted((r for r in records if r['mixer'] == label), key=lambda r: r['tokens'])
         color, style = f'C{index}', ('-', '--', '-.', ':')[index % 4]
@@ -102,13 +95,11 @@ def plot_sweep(records: list[dict], path: str, channels: int = 64) -> None:
         ax.plot([r['tokens'] for r in counted], [r['counted_gflops'] for r in counted], 'o',
                 color=color, markerfacecolor='none', markersize=6)
     ax.set_xscale('log', base=2)
-    ax.set_yscale('log')
-    ax.set_xlabel('tokens N = H x W (square grids, 32x32 to 512x512)')
-    ax.set_ylabel('GFLOPs per image (one mixer call)')
+    ax.set(yscale='log', xlabel='tokens N = H x W (square grids, 32x32 to 512x512)',
+           ylabel='GFLOPs per image (one mixer call)')
     ax.set_title(f'Token mixers at SegFormer-B3 stage-1 width ({channels} ch): '
                  'lines analytic, circles traced', fontsize=9)
     ax.grid(True, which='both', alpha=0.3)
     ax.legend(fontsize=7, loc='upper left')
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)

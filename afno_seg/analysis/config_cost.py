@@ -7,42 +7,37 @@ What ``tools/analysis/get_flops.py`` and ``tools/analysis/mixer_table.py`` run p
 import time
 
 from mmengine.registry import init_default_scope
+from mmseg.registry import MODELS
 
-__all__ = ['analyze_config', 'build_segmentor', 'depth_scaled_cost', 'image_shape']
+from ..backbones.mixer_mit import ARCH_SETTINGS
+from ..mixer_switch import load_switched_config
+from .breakdown import analyze_segmentor
+
+__all__ = ['analyze_config', 'depth_scaled_cost', 'image_shape']
 
 
 def image_shape(shape: list[int]) -> tuple[int, int]:
-    if len(shape) == 1:
-        return shape[0], shape[0]
-    if len(shape) == 2:
-        return shape[0], shape[1]
-    raise ValueError(f'--shape takes H W or one size, got {shape}')
+    """``--shape H W``, or one size for a square, as ``(H, W)``."""
+    if len(shape) not in (1, 2):
+        raise ValueError(f'--shape takes H W or one size, got {shape}')
+    return shape[0], shape[-1]
 
 
-def build_segmentor(config: str, cfg_options: dict | None = None, mixer: str | None = None):
-    """Build the model of ``config`` (a path or ``mmseg::...``; weights are not loaded), with the
-    backbone mixers of the ``--mixer`` spec ``mixer`` if given, and return ``(model, cfg)``."""
-    from mmseg.registry import MODELS
-
-    import afno_seg  # noqa: F401  (registers the backbone and mixers)
-
-    from ..mixer_switch import load_switched_config
-    cfg = load_switched_config(config, mixer, cfg_options)
+def _build(cfg):
+    """The segmentor of ``cfg``, random weights."""
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     model = MODELS.build(cfg.model)
-    if getattr(model, 'auxiliary_head', None) is not None:
-        model.auxiliary_head = None  # training-only, as mmseg's get_flops
-    return model, cfg
+    model.auxiliary_head = None  # training-only, as mmseg's get_flops
+    return model
 
 
 def analyze_config(config: str, shape: tuple[int, int], cfg_options: dict | None = None,
                    device: str = 'cpu', real_attention: bool = False,
                    mixer: str | None = None) -> dict:
-    """Build ``config`` (with the ``--mixer`` spec ``mixer``) and return
-    :func:`afno_seg.analysis.breakdown.analyze_segmentor`'s result with ``config``,
-    ``cfg_options``, ``mixer`` and ``trace_seconds`` added."""
-    from .breakdown import analyze_segmentor
-    model, _ = build_segmentor(config, cfg_options, mixer)
+    """Build ``config`` (a path or ``mmseg::...``, with the ``--mixer`` spec ``mixer``; no
+    weights loaded) and return :func:`~afno_seg.analysis.breakdown.analyze_segmentor`'s result
+    with ``config``, ``cfg_options``, ``mixer`` and ``trace_seconds`` added."""
+    model = _build(load_switched_config(config, mixer, cfg_options))
     start = time.perf_counter()
     result = analyze_segmentor(model, shape, attention_stand_in=not real_attention,
                                device=device)
@@ -102,19 +97,11 @@ def depth_scaled_cost(config: str, mixer: str | None, shape: tuple[int, int],
     Returns:
         dict: As :func:`analyze_config`, plus ``depth_scaled=True``.
     """
-    from mmseg.registry import MODELS
-
-    import afno_seg  # noqa: F401  (registers the backbone and mixers)
-
-    from ..backbones.mixer_mit import ARCH_SETTINGS
-    from ..mixer_switch import load_switched_config
-    from .breakdown import analyze_segmentor
     cfg = load_switched_config(config, mixer, cfg_options)
     backbone = cfg.model.backbone
     if backbone.get('arch'):  # spell the sizes out, so that num_layers can change
         backbone.update(ARCH_SETTINGS[backbone.pop('arch')])
     depths = list(backbone.num_layers)
-    init_default_scope(cfg.get('default_scope', 'mmseg'))
     cache = {} if cache is None else cache
     key = (_model_key(cfg), tuple(shape))
     start = time.perf_counter()
@@ -122,9 +109,7 @@ def depth_scaled_cost(config: str, mixer: str | None, shape: tuple[int, int],
         traced = []
         for depth in (1, 2):
             backbone.num_layers = [depth] * len(depths)
-            model = MODELS.build(cfg.model)
-            model.auxiliary_head = None  # training-only, as mmseg's get_flops
-            traced.append(analyze_segmentor(model, shape))
+            traced.append(analyze_segmentor(_build(cfg), shape))
         cache[key] = traced
     result = _extrapolate(*cache[key], depths)
     result.update(config=str(config), cfg_options=cfg_options or {}, mixer=mixer,

@@ -1,38 +1,16 @@
 """FLOP handles that let mmengine's ``FlopAnalyzer`` count FFTs, complex products and attention.
 
-mmengine traces a model with ``torch.jit`` and counts each recorded ``aten::`` op through a handle;
-ops without one count as zero. Out of the box it has no handle for any FFT
-(``aten::fft_rfft2``, ``fft_irfft2``, ``fft_fftn``, ...), for ``aten::baddbmm`` (AFNO's
-block-diagonal spectral MLP), for complex element-wise products (GFN's filter) or for
-``aten::scaled_dot_product_attention`` (every attention mixer here), and its ``matmul``/``bmm``
-handles count a complex multiply-add like a real one. So every Fourier mixer looked free. The
-handles below fix that and are installed through the public ``FlopAnalyzer.set_op_handle``.
+mmengine counts each ``aten::`` op of a ``torch.jit`` trace through a handle, and ops without one
+as zero: it has none for the FFTs, ``baddbmm`` (AFNO's block-diagonal MLP), complex element-wise
+products (GFN's filter) or ``scaled_dot_product_attention``, and its ``matmul``/``bmm`` count a
+complex multiply-add like a real one. The handles below fill those gaps through the public
+``FlopAnalyzer.set_op_handle``; mmengine's own (convolutions, norm and resize estimates) stay.
 
-Units. mmengine's counter is in multiply-accumulates (MACs: "we count one fused multiply-add as
-one flop"). Our mixers declare real FLOPs (``afno_seg.mixers.base``: 1 MAC = 2 FLOPs). To put both
-on one scale, every handle here returns **MAC-equivalents = FLOPs / 2**, so that for every op,
-every module and the whole model ``GFLOPs = 2 x GMACs`` where GMACs is what the analyzer reports:
-
-* FFT of ``N`` points (``N`` = product of the transformed lengths, per batch item): ``5 N log2 N``
-  FLOPs for a complex transform, ``2.5 N log2 N`` for one with real input or real output (rfft,
-  irfft, fft of a real tensor, hfft/ihfft) -- the radix-2 operation count that FFTW's benchmark
-  methodology uses to report FFT "MFLOPS" (benchFFT: mflops = 5 N log2(N) / t for complex, half
-  of it for real-data transforms; https://www.fftw.org/speed/method.html). Returned as
-  ``2.5 N log2 N`` / ``1.25 N log2 N`` MAC-equivalents. Non-powers of two use the same formula.
-* Complex multiply-add inside ``matmul``/``mm``/``bmm``/``baddbmm``/``einsum``/``linear``/
-  ``addmm``: 4 real MACs (8 FLOPs).
-* Complex element-wise product of two tensors (``aten::mul``, e.g. spectrum x filter): 6 FLOPs
-  (4 multiplies, 2 adds) = 3 MAC-equivalents per element; complex x real tensor: 2 FLOPs. Products
-  of real tensors and scaling by a scalar are element-wise work and stay uncounted, as in mmengine.
-* Attention (``scaled_dot_product_attention`` and its fused CPU/CUDA variants): ``Q K^T`` and
-  ``A V`` as dense products, ``B h L S (E + Ev)`` MACs; softmax, masking and scaling uncounted.
-  A causal mask is not credited (the dense count).
-
-Everything mmengine already counts keeps its default handle, including its estimates for norms
-(``layer_norm`` 5 per element), ``batch_norm`` and bilinear resizes, so the totals stay comparable
-with ``mmseg``'s ``tools/analysis_tools/get_flops.py``. Counts run inside
-:func:`~afno_seg.analysis.tracing.tracing_for_flops` (custom autograd Functions inline, so FFTs
-wrapped in them are seen; optionally attention as a shape-only stand-in). See ``docs/flops.md``.
+Units: mmengine counts multiply-accumulates and our mixers real FLOPs (1 MAC = 2 FLOPs), so every
+handle returns **MAC-equivalents = FLOPs / 2**: ``GFLOPs = 2 x GMACs`` for every op and module. An
+FFT costs :func:`afno_seg.mixers.spectral.fft_flops` (the mixers' own formula), a complex
+multiply-add 4 real ones, a complex element-wise product 6 FLOPs (complex x real: 2), attention
+``B h L S (E + Ev)`` MACs. ``docs/flops.md`` states the convention and its sources.
 """
 import math
 from collections import Counter
@@ -40,18 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from mmengine.analysis import FlopAnalyzer
-from mmengine.analysis.jit_handles import addmm_flop_jit, einsum_flop_jit, get_shape
+from mmengine.analysis import FlopAnalyzer, jit_handles
+from mmengine.analysis.jit_handles import get_shape
 from torch import Tensor, nn
 
 from ..mixers.spectral import fft_flops
-from .tracing import inline_autograd_functions, shape_only_attention, tracing_for_flops
+from .tracing import tracing_for_flops
 
-__all__ = [
-    'FLOPS_PER_MAC', 'FLOP_HANDLES', 'NORM_OPS', 'attention_flop_jit', 'build_flop_analyzer',
-    'count_mixer_flops', 'fft_flop_jit', 'fft_op_flops', 'inline_autograd_functions', 'is_fft_op',
-    'shape_only_attention', 'tracing_for_flops'
-]
+__all__ = ['FLOPS_PER_MAC', 'FLOP_HANDLES', 'NORM_OPS', 'build_flop_analyzer', 'count_mixer_flops',
+           'is_fft_op']
 
 FLOPS_PER_MAC = 2
 # Ops that mmengine counts with its own per-element norm estimates.
@@ -90,25 +65,12 @@ def is_fft_op(name: str) -> bool:
 
 
 # ---------------------------------------------------------------- FFTs
-def fft_op_flops(lengths: list[int], batch: int, real: bool) -> float:
-    """Real FLOPs of ``batch`` FFTs over ``lengths``: the mixers' own formula,
-    :func:`~afno_seg.mixers.spectral.fft_flops`."""
-    return batch * fft_flops(_prod(lengths), real=real)
-
-
 # aten op -> (family, default dims). Families: 'full' (complex output of the full length; the
 # input may be real), 'onesided' (real input, half-spectrum output), 'real_out' (real output).
-_FFT_OPS = {
-    'fft_fft': ('full', [-1]), 'fft_ifft': ('full', [-1]),
-    'fft_fft2': ('full', [-2, -1]), 'fft_ifft2': ('full', [-2, -1]),
-    'fft_fftn': ('full', None), 'fft_ifftn': ('full', None),
-    'fft_rfft': ('onesided', [-1]), 'fft_ihfft': ('onesided', [-1]),
-    'fft_rfft2': ('onesided', [-2, -1]), 'fft_ihfft2': ('onesided', [-2, -1]),
-    'fft_rfftn': ('onesided', None), 'fft_ihfftn': ('onesided', None),
-    'fft_irfft': ('real_out', [-1]), 'fft_hfft': ('real_out', [-1]),
-    'fft_irfft2': ('real_out', [-2, -1]), 'fft_hfft2': ('real_out', [-2, -1]),
-    'fft_irfftn': ('real_out', None), 'fft_hfftn': ('real_out', None),
-}
+_FFT_OPS = {f'fft_{name}{suffix}': (family, dims)
+            for family, names in (('full', ('fft', 'ifft')), ('onesided', ('rfft', 'ihfft')),
+                                  ('real_out', ('irfft', 'hfft')))
+            for name in names for suffix, dims in (('', [-1]), ('2', [-2, -1]), ('n', None))}
 
 
 def _fft_dims(name: str, inputs: list, ndim: int) -> tuple[list[int], list | None]:
@@ -151,7 +113,7 @@ def fft_flop_jit(inputs: list, outputs: list) -> Counter:
             lengths[-1] = last if isinstance(last, int) and last > 0 else in_shape[dims[-1]]
         real = family in ('onesided', 'real_out') or not _is_complex(inputs[0])
     batch = _prod(out_shape) // max(1, _prod(out_shape[d] for d in dims))
-    return Counter({name: fft_op_flops(lengths, batch, real) / FLOPS_PER_MAC})
+    return Counter({name: batch * fft_flops(_prod(lengths), real=real) / FLOPS_PER_MAC})
 
 
 # ---------------------------------------------------------------- products
@@ -175,23 +137,13 @@ def baddbmm_flop_jit(inputs: list, outputs: list) -> int:
     return _matmul_macs(get_shape(inputs[1]), get_shape(inputs[2]))
 
 
-def linear_flop_jit(inputs: list, outputs: list) -> int:
-    """``aten::linear(x, weight, bias)``: ``prod(x.shape) * out_features``."""
-    return _prod(get_shape(inputs[0])) * get_shape(inputs[1])[0]
-
-
 def _complex_aware(handle: Callable) -> Callable:
-    """Wrap a real product handle: a complex multiply-add is 4 real ones."""
+    """Wrap a real product handle (a count of multiply-adds): a complex one is 4 real ones."""
 
-    def complex_aware_handle(inputs: list, outputs: list):
+    def complex_aware_handle(inputs: list, outputs: list) -> int | float:
         count = handle(inputs, outputs)
-        if not any(_is_complex(v) for v in inputs):
-            return count
-        if isinstance(count, Counter):
-            return Counter({k: 4 * v for k, v in count.items()})
-        return 4 * count
+        return 4 * count if any(_is_complex(v) for v in inputs) else count
 
-    complex_aware_handle.__name__ = handle.__name__
     return complex_aware_handle
 
 
@@ -213,28 +165,25 @@ def attention_flop_jit(inputs: list, outputs: list) -> Counter:
     return Counter({'scaled_dot_product_attention': batch * length * key[-2] * (dim + value[-1])})
 
 
-_ATTENTION_OPS = ('aten::scaled_dot_product_attention',
-                  'aten::_scaled_dot_product_flash_attention_for_cpu',
-                  'aten::_scaled_dot_product_flash_attention',
-                  'aten::_scaled_dot_product_efficient_attention',
-                  'aten::_scaled_dot_product_cudnn_attention',
-                  'prim::PythonOp._ShapeOnlyAttention')
-_RELABEL_OPS = ('aten::view_as_real', 'aten::view_as_complex', 'aten::complex', 'aten::real',
-                 'aten::imag')
-#: Handles installed on top of mmengine's defaults (all return MAC-equivalents).
-FLOP_HANDLES: dict[str, Callable] = {
-    **{f'aten::{name}': fft_flop_jit for name in _FFT_OPS},
-    **{f'aten::{name}': fft_flop_jit for name in ('_fft_r2c', '_fft_c2r', '_fft_c2c')},
-    **{name: attention_flop_jit for name in _ATTENTION_OPS},
-    'aten::matmul': _complex_aware(matmul_flop_jit),
-    'aten::mm': _complex_aware(matmul_flop_jit),
-    'aten::bmm': _complex_aware(matmul_flop_jit),
+#: Handles installed on top of mmengine's defaults (all return MAC-equivalents). None: ops that
+#: re-label complex data (no arithmetic), ignored rather than listed as unsupported.
+FLOP_HANDLES: dict[str, Callable | None] = {
+    **{f'aten::{name}': fft_flop_jit for name in [*_FFT_OPS, '_fft_r2c', '_fft_c2r', '_fft_c2c']},
+    **dict.fromkeys(('aten::scaled_dot_product_attention',
+                     'aten::_scaled_dot_product_flash_attention_for_cpu',
+                     'aten::_scaled_dot_product_flash_attention',
+                     'aten::_scaled_dot_product_efficient_attention',
+                     'aten::_scaled_dot_product_cudnn_attention',
+                     'prim::PythonOp._ShapeOnlyAttention'), attention_flop_jit),
+    **dict.fromkeys(('aten::matmul', 'aten::mm', 'aten::bmm'), _complex_aware(matmul_flop_jit)),
     'aten::baddbmm': _complex_aware(baddbmm_flop_jit),
-    'aten::linear': _complex_aware(linear_flop_jit),
-    'aten::addmm': _complex_aware(addmm_flop_jit),
-    'aten::einsum': _complex_aware(einsum_flop_jit),
+    'aten::linear': _complex_aware(jit_handles.linear_flop_jit),
+    'aten::addmm': _complex_aware(jit_handles.addmm_flop_jit),
+    'aten::einsum': _complex_aware(jit_handles.einsum_flop_jit),
     'aten::mul': complex_mul_flop_jit,
     'aten::mul_': complex_mul_flop_jit,
+    **dict.fromkeys(('aten::view_as_real', 'aten::view_as_complex', 'aten::complex', 'aten::real',
+                     'aten::imag')),
 }
 
 
@@ -245,9 +194,6 @@ def build_flop_analyzer(model: nn.Module, inputs: Tensor | tuple) -> FlopAnalyze
     for FLOPs. The trace runs lazily, on the first query.
     """
     analyzer = FlopAnalyzer(model, inputs).set_op_handle(**FLOP_HANDLES)
-    # Re-labelling complex data (no arithmetic): ignored rather than listed as unsupported.
-    for name in _RELABEL_OPS:
-        analyzer.set_op_handle(name, None)
     return analyzer.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
 
@@ -269,8 +215,7 @@ def count_mixer_flops(mixer: nn.Module, hw_shape: tuple[int, int], batch_size: i
     Returns:
         Counter: FLOPs by operator name, norms (mmengine's estimates) included under their names.
     """
-    height, width = hw_shape
-    tokens = torch.randn(batch_size, height * width, mixer.embed_dims,
+    tokens = torch.randn(batch_size, math.prod(hw_shape), mixer.embed_dims,
                          device=next(iter(mixer.parameters()), torch.empty(0)).device)
     analyzer = build_flop_analyzer(_TokenMixerCall(mixer, hw_shape).eval(), (tokens, ))
     with tracing_for_flops(attention_stand_in):

@@ -1,18 +1,12 @@
-"""Memory of one training step: the peak, and the activations autograd saves for backward.
+"""Memory of one training step, measurable on any device:
 
-Two numbers a GPU user needs before renting a card, measurable on any device:
-
-- **saved for backward**: bytes of the distinct tensors autograd keeps between the forward and
-  the backward pass, counted through ``torch.autograd.graph.saved_tensors_hooks`` (one storage
-  counted once, however many views of it are saved; parameters left out, they are held anyway;
-  autocast's low-precision copies of the weights counted, they are not). Independent of the
-  device and of the allocator.
-- **peak**: the most memory allocated during the step beyond what was allocated before it
-  (activations, gradients, optimizer state created by the first step, temporaries). On CUDA
+- **saved for backward**: bytes of the distinct storages autograd keeps between the forward and
+  the backward pass (parameters left out, they are held anyway; autocast's low-precision copies of
+  the weights counted, they are not). Independent of the device and of the allocator.
+- **peak**: the most memory allocated during the step beyond what was allocated before it. On CUDA
   ``max_memory_allocated``; on a CPU replayed from the profiler's allocation events.
 """
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 
@@ -20,8 +14,8 @@ __all__ = ['SavedTensorBytes', 'build_for_step', 'cpu_peak', 'fake_saved_bytes',
            'step_memory']
 
 
-class SavedTensorBytes:
-    """Counts the bytes of tensors saved for backward while its context is active.
+class SavedTensorBytes(torch.autograd.graph.saved_tensors_hooks):
+    """A context (re-entrant) that counts in ``bytes`` the tensors saved for backward inside it.
 
     Args:
         exclude (iterable[Tensor]): Tensors whose storage is not counted (the parameters).
@@ -33,6 +27,7 @@ class SavedTensorBytes:
         self._skip = {t.untyped_storage()._cdata for t in exclude}
         self._seen: set[int] = set()
         self.bytes = 0
+        super().__init__(self._pack, lambda tensor: tensor)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
@@ -41,11 +36,6 @@ class SavedTensorBytes:
             self._seen.add(pointer)
             self.bytes += storage.nbytes()
         return tensor
-
-    @contextmanager
-    def counting(self) -> Iterator['SavedTensorBytes']:
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor):
-            yield self
 
 
 def cpu_peak(step: Callable[[], None]) -> float:
@@ -66,7 +56,7 @@ def step_memory(step: Callable[[], None], model: torch.nn.Module,
     was allocated before it), ``saved_bytes`` (activations saved for backward) and
     ``before_bytes`` (allocated before it on CUDA; parameters and buffers on a CPU)."""
     counter = SavedTensorBytes(model.parameters())
-    with counter.counting():
+    with counter:
         if device.type == 'cuda':
             torch.cuda.synchronize(device)
             before = torch.cuda.memory_allocated(device)
@@ -95,10 +85,8 @@ def random_batch(crop: int, num_classes: int, generator: torch.Generator,
                               generator=generator)
         label = cells.repeat_interleave(16, 1).repeat_interleave(16, 2)[:, :crop, :crop]
         label[:, :crop // 32] = 255
-        sample = SegDataSample(gt_sem_seg=PixelData(data=label))
-        sample.set_metainfo(dict(img_shape=(crop, crop), ori_shape=(crop, crop),
-                                 pad_shape=(crop, crop)))
-        samples.append(sample)
+        samples.append(SegDataSample(gt_sem_seg=PixelData(data=label), metainfo=dict(
+            img_shape=(crop, crop), ori_shape=(crop, crop), pad_shape=(crop, crop))))
     return dict(inputs=inputs, data_samples=samples)
 
 
@@ -135,11 +123,10 @@ def fake_saved_bytes(model: torch.nn.Module, crop: int, batch: int = 1,
     from torch._subclasses.fake_tensor import FakeTensorMode
     counter = SavedTensorBytes(model.parameters())
     dtype = {'fp16': torch.float16, 'bf16': torch.bfloat16}.get(precision)
-    with FakeTensorMode(allow_non_fake_inputs=True), counter.counting(), torch.autocast(
+    with FakeTensorMode(allow_non_fake_inputs=True), counter, torch.autocast(
             'cpu', dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-        inputs = torch.empty(batch, 3, crop, crop)
         label = torch.zeros(batch, crop, crop, dtype=torch.long)
-        logits = model.decode_head(model.extract_feat(inputs))
+        logits = model.decode_head(model.extract_feat(torch.empty(batch, 3, crop, crop)))
         logits = torch.nn.functional.interpolate(logits, size=(crop, crop), mode='bilinear',
                                                  align_corners=model.decode_head.align_corners)
         losses = model.decode_head.loss_decode

@@ -17,7 +17,7 @@ Run ``python -m afno_seg.analysis.reconcile`` to print the table (Markdown, 1024
 from ..backbones.mixer_mit import ARCH_SETTINGS
 from ..backbones.stage import build_mixer, stage_arguments, stage_grids
 
-__all__ = ['PAPER', 'VARIANTS', 'b3_mixer_gflops', 'stage_grids', 'variant_table']
+__all__ = ['PAPER', 'VARIANTS', 'b3_mixer_gflops', 'variant_table']
 
 # AFNO paper (Guibas et al. 2021), SegFormer-B3 on Cityscapes at 1024 x 1024, mixer GFLOPs.
 PAPER = {'GFN': 2.6, 'AFNO-100%': 23.7}

@@ -13,33 +13,26 @@ CONVENTION = (
     'counted. Batch 1. See docs/flops.md.')
 
 
-def _giga(value: float) -> float:
-    return value / 1e9
-
-
 def summarize(result: dict) -> dict:
     """Headline numbers: totals, backbone, head and the mixers (all stages), in G and M units."""
-    rows = result['rows']
 
-    def total(key, select):
-        return sum(row.get(key, 0.0) for row in rows if select(row))
+    def summed(select, key='flops', unit=1e9):
+        return sum(row.get(key, 0.0) for row in result['rows'] if select(row)) / unit
 
     def is_mixer(row):
         return row['group'].startswith('stage') and row['component'].startswith('mixer')
 
     return dict(
         params_m=result['total']['params'] / 1e6,
-        total_gmacs=_giga(result['total']['macs']),
-        total_gflops=_giga(result['total']['flops']),
-        backbone_gflops=_giga(total('flops', lambda r: r['group'].startswith(('stage',
-                                                                            'backbone')))),
-        head_gflops=_giga(total('flops', lambda r: r['group'] == 'decode head')),
-        mixer_gflops=_giga(total('flops', is_mixer)),
-        mixer_fft_gflops=_giga(total('flops', lambda r: is_mixer(r) and 'FFT' in r['component'])),
-        mixer_rest_gflops=_giga(total('flops',
-                                      lambda r: is_mixer(r) and 'rest' in r['component'])),
-        mixer_analytic_gflops=_giga(total('analytic_flops', is_mixer)),
-        mixer_params_m=total('params', is_mixer) / 1e6,
+        total_gmacs=result['total']['macs'] / 1e9,
+        total_gflops=result['total']['flops'] / 1e9,
+        backbone_gflops=summed(lambda r: r['group'].startswith(('stage', 'backbone'))),
+        head_gflops=summed(lambda r: r['group'] == 'decode head'),
+        mixer_gflops=summed(is_mixer),
+        mixer_fft_gflops=summed(lambda r: is_mixer(r) and 'FFT' in r['component']),
+        mixer_rest_gflops=summed(lambda r: is_mixer(r) and 'rest' in r['component']),
+        mixer_analytic_gflops=summed(is_mixer, 'analytic_flops'),
+        mixer_params_m=summed(is_mixer, 'params', 1e6),
     )
 
 
@@ -53,9 +46,9 @@ def _stage_label(group: str, stages: dict) -> str:
 
 
 def _row(label: str, component: str, params: float, macs: float, analytic=None, ops='') -> str:
-    analytic_text = '' if analytic is None else f'{_giga(analytic):.3f}'
-    return (f'| {label} | {component} | {params / 1e6:.3f} | {_giga(macs):.3f} | '
-            f'{_giga(2 * macs):.3f} | {analytic_text} | {ops} |')
+    analytic_text = '' if analytic is None else f'{analytic / 1e9:.3f}'
+    return (f'| {label} | {component} | {params / 1e6:.3f} | {macs / 1e9:.3f} | '
+            f'{2 * macs / 1e9:.3f} | {analytic_text} | {ops} |')
 
 
 def breakdown_markdown(result: dict, title: str) -> str:
@@ -63,11 +56,7 @@ def breakdown_markdown(result: dict, title: str) -> str:
     lines = [f'### {title}', '', CONVENTION, '',
              '| part | component | params (M) | GMACs | GFLOPs | analytic GFLOPs | counted ops |',
              '| --- | --- | ---: | ---: | ---: | ---: | --- |']
-    groups = []
-    for row in result['rows']:
-        if row['group'] not in groups:
-            groups.append(row['group'])
-    for group in groups:
+    for group in dict.fromkeys(row['group'] for row in result['rows']):
         rows = [row for row in result['rows'] if row['group'] == group]
         label = _stage_label(group, result.get('stages', {}))
         for row in rows:

@@ -1,19 +1,12 @@
-"""Tracing helpers for FLOP counting: custom autograd Functions inline, attention as a stand-in.
-
-Both are context managers that patch torch for the duration of a trace and restore it after:
-
-* :func:`inline_autograd_functions`: ``torch.jit`` records a custom ``autograd.Function`` as one
-  opaque ``prim::PythonOp`` and not the ops inside it; run inline, its ops are traced and counted.
-* :func:`shape_only_attention`: ``F.scaled_dot_product_attention`` replaced by a stand-in that
-  only produces the output shape, so that counting full self-attention at 65,536 tokens does not
-  run the kernel.
-"""
+"""Tracing helpers for FLOP counting: context managers that patch torch for the duration of a
+trace (custom autograd Functions run inline, attention as a shape-only stand-in) and restore it."""
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import FunctionCtx
 
 __all__ = ['inline_autograd_functions', 'shape_only_attention', 'tracing_for_flops']
 
@@ -30,10 +23,9 @@ class _ShapeOnlyAttention(torch.autograd.Function):
 def shape_only_attention() -> Iterator[None]:
     """Replace ``F.scaled_dot_product_attention`` by a shape-only stand-in inside the block.
 
-    Counting needs only shapes; the real kernel at 65,536 tokens (full self-attention on a
-    1024 x 1024 crop, stage 1) takes minutes on a CPU. The stand-in is traced as
-    ``prim::PythonOp._ShapeOnlyAttention`` and counted by the same handle, so the count is
-    identical (``tests/test_flops.py`` checks it); only the output values are meaningless.
+    Counting needs only shapes, and the real kernel on full self-attention's 65,536 stage-1 tokens
+    at 1024 x 1024 takes minutes on a CPU. The stand-in is counted by the same handle, so the count
+    is identical (``tests/test_flops.py`` checks it); only the output values are meaningless.
     """
     original = F.scaled_dot_product_attention
 
@@ -47,38 +39,14 @@ def shape_only_attention() -> Iterator[None]:
         F.scaled_dot_product_attention = original
 
 
-class _NoGradients(tuple):
-    """``ctx.needs_input_grad`` of the stand-in: False at every index, whatever the inputs."""
-
-    def __getitem__(self, index) -> bool:
-        return False
-
-
-class _ForwardOnlyContext:
-    """``ctx`` for a custom autograd Function's forward run inline: takes attributes, saves
-    nothing (the analysis never runs backward)."""
-    needs_input_grad: tuple = _NoGradients()
-    saved_tensors: tuple = ()
-
-    def save_for_backward(self, *tensors) -> None:
-        pass
-
-    save_for_forward = mark_dirty = mark_non_differentiable = save_for_backward
-
-    def set_materialize_grads(self, value: bool) -> None:
-        pass
-
-
 @contextmanager
 def inline_autograd_functions() -> Iterator[None]:
     """Run custom ``torch.autograd.Function`` forwards as plain code inside the block.
 
     ``torch.jit`` records a custom Function as one opaque ``prim::PythonOp``, not the ops inside
-    it, so an FFT wrapped in a Function with a hand-written backward (as in
-    ``afno_seg.mixers.spectral``) would count as zero. Run inline, its ``aten::fft_*`` ops are
-    traced and counted by the handles of :mod:`afno_seg.analysis.flops`, whatever the Function is
-    called. Forward only: gradients are not tracked. (:class:`_ShapeOnlyAttention` stays opaque:
-    it is meant to be one node.)
+    it, so an FFT wrapped in one (a fast path's hand-written backward) would count as zero; run
+    inline, forward only, its ``aten::fft_*`` ops are traced and counted, whatever the Function is
+    called. :class:`_ShapeOnlyAttention` stays opaque: it is meant to be one node.
     """
     original = torch.autograd.Function.__dict__['apply']
     default_setup_context = torch.autograd.Function.setup_context
@@ -88,7 +56,9 @@ def inline_autograd_functions() -> Iterator[None]:
             return original.__get__(None, cls)(*args, **kwargs)
         if cls.setup_context is not default_setup_context:  # forward(*args), no ctx
             return cls.forward(*args, **kwargs)
-        return cls.forward(_ForwardOnlyContext(), *args, **kwargs)
+        ctx = FunctionCtx()  # takes what forward saves and marks; backward never runs
+        ctx.needs_input_grad = (False, ) * len(args)
+        return cls.forward(ctx, *args, **kwargs)
 
     torch.autograd.Function.apply = classmethod(apply)
     try:
@@ -101,9 +71,6 @@ def inline_autograd_functions() -> Iterator[None]:
 def tracing_for_flops(attention_stand_in: bool = False) -> Iterator[None]:
     """The context every count here runs in: no autograd, custom Functions inline
     (:func:`inline_autograd_functions`) and, optionally, :func:`shape_only_attention`."""
-    with torch.no_grad(), inline_autograd_functions():
-        if attention_stand_in:
-            with shape_only_attention():
-                yield
-        else:
-            yield
+    with torch.no_grad(), inline_autograd_functions(), (
+            shape_only_attention() if attention_stand_in else nullcontext()):
+        yield

@@ -1,15 +1,5 @@
-"""Data checks as mmcv transforms: a bad image or label file fails with its name and what is wrong.
-
-- :class:`ValidateSegMap` checks a loaded label map (single channel, same size as its image,
-  values in the classes or the ignore index).
-- :class:`BadSampleGuard` wraps the loading transforms: an unreadable, empty, truncated or missing
-  file raises :class:`BadSampleError` naming the file and the cause, or, with ``on_bad='skip'``,
-  is skipped with a logged warning and a count (mmengine's dataset then draws another sample).
-  With ``requires='seg_map_path'`` it guards label loading only for samples that have a label, so
-  the same test pipeline serves evaluation (labels checked) and mmseg's inference APIs (images
-  alone: ``inference_model``, ``MMSegInferencer``), which remove only a top-level
-  ``LoadAnnotations`` and need ``LoadImageFromFile`` at the top level to swap in their loaders.
-"""
+"""Data checks as mmcv transforms: a bad image or label file fails with its name and what is wrong
+(:class:`ValidateSegMap` on a loaded label map, :class:`BadSampleGuard` around the loaders)."""
 import logging
 import os
 import os.path as osp
@@ -107,9 +97,10 @@ class BadSampleGuard(BaseTransform):
             were skipped in this data-loading process (a broken dataset, not a few bad files).
             ``None`` = no limit. Default: 100.
         requires (str | None): Run the wrapped transforms only on samples whose ``results`` hold
-            this key with a value (e.g. ``'seg_map_path'``: label loading and checks for samples
-            that have a label; an image given alone, as mmseg's inference APIs do, passes
-            unchanged). ``None`` = always run them. Default: None.
+            this key with a value. ``'seg_map_path'`` lets one test pipeline serve evaluation
+            (labels loaded and checked) and mmseg's inference APIs (an image alone passes; they
+            remove only a top-level ``LoadAnnotations`` and swap a top-level
+            ``LoadImageFromFile``). ``None`` = always run them. Default: None.
     """
 
     def __init__(self, transforms: list, on_bad: str = 'raise', max_skipped: int | None = 100,

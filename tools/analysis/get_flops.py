@@ -25,9 +25,9 @@ from pathlib import Path
 
 from mmengine import DictAction
 
-from afno_seg.analysis.config_cost import analyze_config, build_segmentor, image_shape
+from afno_seg.analysis.config_cost import analyze_config, image_shape
 
-__all__ = ['analyze_config', 'build_segmentor', 'main', 'parse_args']
+__all__ = ['analyze_config', 'main', 'parse_args']
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -121,7 +121,7 @@ def check_config(path: str, args: argparse.Namespace, device: torch.device) -> d
             torch.cuda.synchronize(device)
         start = time.perf_counter()
         counter = SavedTensorBytes(model.parameters())  # what backward keeps (the last counts)
-        with counter.counting():
+        with counter:
             log_vars = model.train_step(data, optim_wrapper)
         if device.type == 'cuda':
             torch.cuda.synchronize(device)

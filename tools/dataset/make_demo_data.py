@@ -29,7 +29,7 @@ byte-identical for a given seed: image ``i`` of a split is drawn from
 
 ``--layout ade20k`` writes the same scenes as mmseg's ``ADE20KDataset`` reads them
 (``images/{training,validation}/*.jpg``, ``annotations/{training,validation}/*.png``, 150 classes,
-0 = other, loaded with ``reduce_zero_label=True``; :mod:`afno_seg.datasets.demo_ade20k`), for
+0 = other, loaded with ``reduce_zero_label=True``; :mod:`afno_seg.datasets.demo_dataset`), for
 mmseg's ADE20K configs with ``--cfg-options train_dataloader.dataset.data_root=OUT_DIR ...``.
 
 Usage::
@@ -37,8 +37,7 @@ Usage::
     python tools/dataset/make_demo_data.py [OUT_DIR] [--layout cityscapes|ade20k]
         [--num-train N] [--num-val M] [--height H] [--width W] [--seed S] [--force]
 
-or from Python: ``generate(out_dir, num_train, num_val, height, width, seed)`` (Cityscapes) and
-``afno_seg.datasets.demo_ade20k.generate_ade20k(...)`` (ADE20K).
+or from Python: ``generate(out_dir, num_train, num_val, height, width, seed, layout=...)``.
 """
 import argparse
 import sys
@@ -61,13 +60,10 @@ def main(argv=None):
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--force', action='store_true', help='regenerate an existing demo dataset')
     args = parser.parse_args(argv)
-    write = generate
-    if args.layout == 'ade20k':
-        from afno_seg.datasets.demo_ade20k import generate_ade20k as write
     out_dir = args.out_dir or str(DEFAULT_OUT.parent / f'demo_{args.layout}')
     try:
-        write(out_dir, args.num_train, args.num_val, args.height, args.width, args.seed,
-              args.force)
+        generate(out_dir, args.num_train, args.num_val, args.height, args.width, args.seed,
+                 args.force, layout=args.layout)
     except (FileExistsError, ValueError) as err:
         parser.exit(2, f'error: {err}\n')
 
