@@ -94,9 +94,8 @@ def _summarise(events: list[dict], skip_runs: int) -> tuple[dict[str, float], li
         op, name = event['args'].get('op_name', '?'), event['name'][:-len('_kernel_time')]
         ops[op] = ops.get(op, 0.0) + event['dur']
         shapes = [list(s.values())[0] for s in event['args'].get('input_type_shape', [])]
-        previous = nodes.get(name)
-        nodes[name] = NodeTime(name, op, (previous.ms if previous else 0.0) + event['dur'],
-                               ', '.join('x'.join(map(str, s)) or 'scalar' for s in shapes))
+        nodes.setdefault(name, NodeTime(name, op, 0.0, ', '.join(
+            'x'.join(map(str, s)) or 'scalar' for s in shapes))).ms += event['dur']
     return ops, list(nodes.values())
 
 
