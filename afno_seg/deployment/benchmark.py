@@ -21,7 +21,7 @@ from .onnx_export import INPUT_NAME, SegmentorLogits, export_network, onnx_sessi
 from .predictor import array_pipeline, openvino_session
 
 __all__ = ['RUNTIMES', 'MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs',
-           'markdown_table', 'prepared_input']
+           'markdown_table', 'prepared_input', 'timed_ms']
 
 
 def demo_model_configs(demo_config: str, variants: list[str] | None = None) -> dict[str, Config]:
@@ -42,10 +42,9 @@ def prepared_input(cfg: Config, image: np.ndarray, model) -> torch.Tensor:
     """The normalised ``(1, 3, H, W)`` tensor the config's pipeline and preprocessor make of a
     BGR image (what ``encode_decode`` and the exported graph take)."""
     from mmcv.transforms import Compose
+    from mmengine.dataset import pseudo_collate
     item = Compose(array_pipeline(cfg))(dict(img=image))
-    data = model.data_preprocessor(dict(inputs=[item['inputs']],
-                                        data_samples=[item['data_samples']]), False)
-    return data['inputs']
+    return model.data_preprocessor(pseudo_collate([item]), False)['inputs']
 
 
 FORMS = {'ort-op': 'op', 'ort-matmul': 'matmul', 'openvino': 'matmul'}  # runtime: graph it runs
@@ -72,7 +71,8 @@ class ParityResult:
         return row
 
 
-def _timed(run) -> float:
+def timed_ms(run) -> float:
+    """Milliseconds of ``run()``."""
     start = time.perf_counter()
     run()
     return 1e3 * (time.perf_counter() - start)
@@ -135,9 +135,9 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
         actual = {runtime: session.run(None, feed)[0] for runtime, session in sessions.items()}
         times = {key: [] for key in ['torch', *sessions]}
         for _ in range(repeats + 1):
-            times['torch'].append(_timed(lambda: network(inputs)))
+            times['torch'].append(timed_ms(lambda: network(inputs)))
             for runtime, session in sessions.items():
-                times[runtime].append(_timed(lambda: session.run(None, feed)))
+                times[runtime].append(timed_ms(lambda: session.run(None, feed)))
     medians = {key: statistics.median(values[1:]) for key, values in times.items()}
     results = {}
     for runtime, output in actual.items():

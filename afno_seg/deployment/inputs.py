@@ -117,10 +117,7 @@ def read_video_frames(path: str) -> tuple[Iterator[np.ndarray], float]:
 
     def frames() -> Iterator[np.ndarray]:
         try:
-            while True:
-                ok, frame = capture.read()
-                if not ok:
-                    return
+            while (frame := capture.read()[1]) is not None:  # (False, None) at the end
                 yield frame
         finally:
             capture.release()

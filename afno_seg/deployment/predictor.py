@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 from mmcv.transforms import Compose
+from mmengine.dataset import pseudo_collate
 from torch import Tensor
 
 from ..engine.errors import UserError
@@ -72,11 +73,9 @@ class Segmenter:
         for index, item in enumerate(prepared):
             groups.setdefault(tuple(item['inputs'].shape), []).append(index)
         for indices in groups.values():
-            data = dict(inputs=[prepared[i]['inputs'] for i in indices],
-                        data_samples=[prepared[i]['data_samples'] for i in indices])
             start = time.perf_counter()
             with torch.no_grad():
-                outputs = self.model.test_step(data)
+                outputs = self.model.test_step(pseudo_collate([prepared[i] for i in indices]))
             seconds = (time.perf_counter() - start) / len(indices)
             for index, output in zip(indices, outputs):
                 label = output.pred_sem_seg.data[0].cpu().numpy().astype(np.uint8)

@@ -94,30 +94,27 @@ def _plots(out_dir: str, classes: list[str], matrix: np.ndarray) -> None:
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global to close
     iou, acc = class_scores(matrix)
     rows = np.arange(len(classes))
-    figure = Figure(figsize=(6, 0.28 * len(classes) + 1.2))
+    figure = Figure(figsize=(6, 0.28 * len(classes) + 1.2), layout='tight')
     axes = figure.subplots()
     axes.barh(rows - 0.2, np.nan_to_num(iou) * 100, 0.4, label='IoU')
     axes.barh(rows + 0.2, np.nan_to_num(acc) * 100, 0.4, label='Acc')
     axes.set(yticks=rows, yticklabels=classes, xlim=(0, 100), xlabel='%')
     axes.invert_yaxis()
     axes.legend(loc='lower right')
-    figure.tight_layout()
     figure.savefig(osp.join(out_dir, 'classes.png'), dpi=100)
     with np.errstate(invalid='ignore', divide='ignore'):
         normalised = matrix / matrix.sum(1, keepdims=True) * 100
     size = 0.42 * len(classes) + 2
-    figure = Figure(figsize=(size, size * 0.9))
+    figure = Figure(figsize=(size, size * 0.9), layout='tight')
     axes = figure.subplots()
     shown = axes.imshow(np.nan_to_num(normalised), cmap='viridis', vmin=0, vmax=100)
     figure.colorbar(shown, ax=axes, fraction=0.046, pad=0.04)
-    axes.set(xticks=rows, yticks=rows, xlabel='Prediction', ylabel='Ground Truth',
-             title='Normalized Confusion Matrix')
-    axes.set_xticklabels(classes, rotation=90)
-    axes.set_yticklabels(classes)
+    axes.set(xlabel='Prediction', ylabel='Ground Truth', title='Normalized Confusion Matrix')
+    axes.set_xticks(rows, classes, rotation=90)
+    axes.set_yticks(rows, classes)
     for g, p in zip(*np.nonzero(normalised >= 1)):  # values, as mmseg's --include-values
         axes.text(p, g, f'{normalised[g, p]:.0f}', ha='center', va='center', fontsize=6,
                   color='black' if normalised[g, p] > 60 else 'white')
-    figure.tight_layout()
     figure.savefig(osp.join(out_dir, 'confusion.png'), dpi=100)
 
 

@@ -107,15 +107,14 @@ def _stop_requests():
     """A list that the first SIGTERM/SIGINT appends its name to; the next one acts as it would
     have (only the main thread can handle signals; elsewhere nothing is installed)."""
     stopped: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield stopped
-        return
+    main = threading.current_thread() is threading.main_thread()
 
     def note(number, _) -> None:
         stopped.append(signal.Signals(number).name)
         signal.signal(number, previous[number])
 
-    previous = {number: signal.signal(number, note) for number in (signal.SIGTERM, signal.SIGINT)}
+    previous = {number: signal.signal(number, note) for number in (signal.SIGTERM, signal.SIGINT)
+                if main}
     try:
         yield stopped
     finally:
@@ -267,12 +266,9 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
         label_format (str): ``'trainids'`` or ``'cityscapes'`` (labelIds). Default: 'trainids'.
         opacity (float): Colour weight of the overlays, in [0, 1]. Default: 0.5.
         batch_size (int): Images per forward pass (equal-sized ones share a batch). Default: 1.
-        meta (dict, optional): Extra entries for the summary (config, backend, ...).
-            Default: None.
-        progress (bool): Show mmengine's progress bar (one step per image or video frame).
-            Default: True.
-        workers (int): DataLoader worker processes decoding images (0: this process).
-            Default: 0.
+        meta (dict, optional): Extra summary entries (config, backend, ...). Default: None.
+        progress (bool): mmengine's progress bar (a step per image or frame). Default: True.
+        workers (int): DataLoader processes decoding images (0: this one). Default: 0.
         strict (bool): Stop at the first bad input (a :class:`UserError`). Default: False.
         shard (Shard, optional): This process's rank in a sharded run. Default: one process.
 
@@ -304,11 +300,11 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
                 raise UserError(f'rank {shard.rank} stopped by {stopped[0]}; rerun the same '
                                 'command to finish what it left')
             return None
-        progress = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
+        prefix = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
         while True:  # polled, so that a stop signal or a dead rank is seen at once
             waiting = [rank for rank in range(1, shard.world_size)
-                       if not osp.exists(f'{progress}-rank{rank}.done')]
-            dead = [rank for rank in waiting if _died(f'{progress}-rank{rank}.jsonl')]
+                       if not osp.exists(f'{prefix}-rank{rank}.done')]
+            dead = [rank for rank in waiting if _died(f'{prefix}-rank{rank}.jsonl')]
             if not waiting or dead or stopped:
                 break
             time.sleep(0.1)
