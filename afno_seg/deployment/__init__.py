@@ -17,9 +17,8 @@ from .segment_files import Shard, segment_files
 from .startup import quiet_known_warnings
 
 __all__ = [
-    'InputFile', 'Prediction', 'Segmenter', 'SegmentorLogits', 'array_pipeline',
-    'collect_inputs', 'export_network', 'export_onnx', 'load_segmentor',
-    'onnx_max_abs_difference', 'onnx_session', 'openvino_session', 'quiet_known_warnings',
-    'read_image', 'read_video_frames', 'Shard', 'segment_files', 'set_inference_mode',
-    'static_shape_mixers', 'use_onnxruntime'
+    'InputFile', 'Prediction', 'Segmenter', 'SegmentorLogits', 'Shard', 'array_pipeline',
+    'collect_inputs', 'export_network', 'export_onnx', 'load_segmentor', 'onnx_max_abs_difference',
+    'onnx_session', 'openvino_session', 'quiet_known_warnings', 'read_image', 'read_video_frames',
+    'segment_files', 'set_inference_mode', 'static_shape_mixers', 'use_onnxruntime'
 ]

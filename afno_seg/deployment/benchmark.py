@@ -1,12 +1,8 @@
 """onnxruntime (DFT op and matmul forms) and OpenVINO against PyTorch: logit parity and CPU time.
 
-For each model: build it from its config (random initialisation, ``init_weights``), prepare the
-frame with the config's own test pipeline, export :class:`~.onnx_export.SegmentorLogits` at the
-prepared size twice (spectral transforms as ``DFT`` ops and as matmuls), then compare each
-runtime's logits with PyTorch's (max abs difference, argmax agreement) and time them all side by
-side in one process: PyTorch and the runtimes alternate in each round, ``repeats`` rounds after a
-warm-up, on the same number of threads; the ratios of the medians are reported (absolute times on
-a shared machine are noise).
+Each model is exported at its input's size in both DFT forms; then PyTorch and the runtimes
+alternate in each timed round, on the same number of threads, and the ratios of the medians are
+reported (absolute times on a shared machine are noise).
 """
 import contextlib
 import os
@@ -21,11 +17,11 @@ import torch
 from mmengine.config import Config
 
 from ..mixers import mixer_variants
-from .onnx_export import INPUT_NAME, SegmentorLogits, export_network, export_onnx, onnx_session
+from .onnx_export import INPUT_NAME, SegmentorLogits, export_network, onnx_session
 from .predictor import array_pipeline, openvino_session
 
 __all__ = ['RUNTIMES', 'MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs',
-           'markdown_table', 'prepared_input']
+           'markdown_table', 'prepared_input', 'timed_ms']
 
 
 def demo_model_configs(demo_config: str, variants: list[str] | None = None) -> dict[str, Config]:
@@ -46,13 +42,13 @@ def prepared_input(cfg: Config, image: np.ndarray, model) -> torch.Tensor:
     """The normalised ``(1, 3, H, W)`` tensor the config's pipeline and preprocessor make of a
     BGR image (what ``encode_decode`` and the exported graph take)."""
     from mmcv.transforms import Compose
+    from mmengine.dataset import pseudo_collate
     item = Compose(array_pipeline(cfg))(dict(img=image))
-    data = model.data_preprocessor(dict(inputs=[item['inputs']],
-                                        data_samples=[item['data_samples']]), False)
-    return data['inputs']
+    return model.data_preprocessor(pseudo_collate([item]), False)['inputs']
 
 
-RUNTIMES = ('ort-op', 'ort-matmul', 'openvino')  # openvino runs the matmul-form graph
+FORMS = {'ort-op': 'op', 'ort-matmul': 'matmul', 'openvino': 'matmul'}  # runtime: graph it runs
+RUNTIMES = tuple(FORMS)
 
 
 @dataclass
@@ -75,7 +71,8 @@ class ParityResult:
         return row
 
 
-def _timed(run) -> float:
+def timed_ms(run) -> float:
+    """Milliseconds of ``run()``."""
     start = time.perf_counter()
     run()
     return 1e3 * (time.perf_counter() - start)
@@ -115,37 +112,32 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
     torch.set_num_threads(threads)
     segmentor = hasattr(model, 'encode_decode')
     network = SegmentorLogits(model.eval()) if segmentor else model.eval()
-    forms = sorted({'op' if runtime == 'ort-op' else 'matmul' for runtime in runtimes})
-    sessions = {}
-    size = 'x'.join(str(s) for s in (inputs.shape[2:] if segmentor else model.hw_shape))
+    size = 'x'.join(map(str, inputs.shape[2:] if segmentor else model.hw_shape))
     if not segmentor:
         size = f'{inputs.shape[-1]} @ {size}'
-    folder_context = (contextlib.nullcontext(ensure_dir(onnx_dir)) if onnx_dir else
-                      tempfile.TemporaryDirectory(dir=work_dir))
-    with folder_context as folder:
-        stem = f'{name}-{size}'.replace(' @ ', '@')
-        paths = {form: osp.join(folder, f'{stem}-{form}.onnx') for form in forms}
+    if onnx_dir:
+        os.makedirs(onnx_dir, exist_ok=True)
+    with (contextlib.nullcontext(onnx_dir) if onnx_dir else
+          tempfile.TemporaryDirectory(dir=work_dir)) as folder:
+        stem = osp.join(folder, f'{name}-{size}'.replace(' @ ', '@'))
+        paths = {FORMS[runtime]: f'{stem}-{FORMS[runtime]}.onnx' for runtime in runtimes}
         start = time.perf_counter()
         for form, path in paths.items():
-            if segmentor:
-                export_onnx(model, tuple(inputs.shape[2:]), path, dft=form)
-            else:
-                export_network(model, inputs, path, form=form)
+            export_network(network, inputs, path, form=form)
         export_seconds = time.perf_counter() - start
+        sessions = {}
         for runtime in runtimes:
-            if runtime == 'openvino':
-                sessions[runtime] = openvino_session(paths['matmul'], threads=threads)
-            else:
-                sessions[runtime] = onnx_session(paths[runtime.split('-')[1]], threads=threads)
+            open_session = openvino_session if runtime == 'openvino' else onnx_session
+            sessions[runtime] = open_session(paths[FORMS[runtime]], threads=threads)
     feed = {INPUT_NAME: inputs.numpy()}
     with torch.no_grad():
         expected = network(inputs).numpy()
         actual = {runtime: session.run(None, feed)[0] for runtime, session in sessions.items()}
         times = {key: [] for key in ['torch', *sessions]}
         for _ in range(repeats + 1):
-            times['torch'].append(_timed(lambda: network(inputs)))
+            times['torch'].append(timed_ms(lambda: network(inputs)))
             for runtime, session in sessions.items():
-                times[runtime].append(_timed(lambda: session.run(None, feed)))
+                times[runtime].append(timed_ms(lambda: session.run(None, feed)))
     medians = {key: statistics.median(values[1:]) for key, values in times.items()}
     results = {}
     for runtime, output in actual.items():
@@ -166,21 +158,12 @@ def markdown_table(results: list[ParityResult]) -> str:
              'ORT op / matmul | max abs diff (op, matmul, OpenVINO) | max abs logit | '
              'lowest argmax agreement |', '|---|---|---|---|---|---|---|---|---|']
     for r in results:
-        get = lambda runtime, key: r.runtimes.get(runtime, {}).get(key, float('nan'))  # noqa
-        op_over_matmul = get('ort-op', 'ms') / get('ort-matmul', 'ms')
-        agreements = [v['argmax_agreement'] for v in r.runtimes.values()]
-        diffs = ', '.join(f'{get(rt, "max_abs_diff"):.1e}' for rt in RUNTIMES)
-        lines.append(f'| {r.model} | {r.input_hw} | {get("ort-op", "ratio"):.2f} | '
-                     f'{get("ort-matmul", "ratio"):.2f} | {get("openvino", "ratio"):.2f} | '
-                     f'{op_over_matmul:.2f} | {diffs} | {r.max_abs_logit:.3g} | '
-                     f'{_percent(min(agreements) if agreements else float("nan"))} |')
+        row = r.row()
+        lowest = min((v['argmax_agreement'] for v in r.runtimes.values()), default=np.nan)
+        agreement = '-' if np.isnan(lowest) else f'{100 * lowest:.3f}%'  # NaN: no classes
+        diffs = ', '.join(f'{row[f"{runtime}_max_abs_diff"]:.1e}' for runtime in RUNTIMES)
+        lines.append(f'| {r.model} | {r.input_hw} | {row["ort-op_ratio"]:.2f} | '
+                     f'{row["ort-matmul_ratio"]:.2f} | {row["openvino_ratio"]:.2f} | '
+                     f'{row["ort-op_ms"] / row["ort-matmul_ms"]:.2f} | {diffs} | '
+                     f'{r.max_abs_logit:.3g} | {agreement} |')
     return '\n'.join(lines) + '\n'
-
-
-def _percent(fraction: float) -> str:
-    return '-' if fraction != fraction else f'{100 * fraction:.3f}%'  # NaN: no argmax
-
-
-def ensure_dir(path: str) -> str:
-    os.makedirs(path, exist_ok=True)
-    return path

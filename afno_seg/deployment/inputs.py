@@ -25,14 +25,8 @@ VIDEO_SUFFIXES = ('.mp4', '.avi')
 
 @dataclass(frozen=True)
 class InputFile:
-    """One file to segment.
-
-    Attributes:
-        path (str): The file.
-        name (str): Its path relative to the folder it was found in (or its base name), without
-            the suffix: the stem of the outputs written for it.
-        is_video (bool): A video (each frame segmented) rather than an image.
-    """
+    """One file to segment; ``name``: its path relative to the folder it was found in (or its
+    base name) without the suffix, the stem of its outputs."""
     path: str
     name: str
     is_video: bool
@@ -40,11 +34,7 @@ class InputFile:
 
 def _kind(path: str) -> str | None:
     suffix = osp.splitext(path)[1].lower()
-    if suffix in IMAGE_SUFFIXES:
-        return 'image'
-    if suffix in VIDEO_SUFFIXES:
-        return 'video'
-    return None
+    return 'image' if suffix in IMAGE_SUFFIXES else 'video' if suffix in VIDEO_SUFFIXES else None
 
 
 def _files_of(spec: str) -> Iterator[tuple[str, str]]:
@@ -75,29 +65,28 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
     Returns:
         list[InputFile]: At least one; names are unique (a clash gets its folder prepended).
     """
-    found, seen, names = [], set(), set()
+    found, names = {}, set()  # found: {absolute path: InputFile}
     for spec in specs:
         matched = 0
         for path, root in _files_of(spec):
             kind = _kind(path)
-            if kind is None and not osp.isdir(spec) and not glob.has_magic(spec):
-                raise UserError(f'{path}: not an image ({", ".join(IMAGE_SUFFIXES)}) nor a video '
-                                f'({", ".join(VIDEO_SUFFIXES)}) by its suffix')
             if kind is None:
+                if not osp.isdir(spec) and not glob.has_magic(spec):  # named by itself
+                    raise UserError(f'{path}: not an image ({", ".join(IMAGE_SUFFIXES)}) nor a '
+                                    f'video ({", ".join(VIDEO_SUFFIXES)}) by its suffix')
                 continue
             matched += 1
-            if osp.abspath(path) in seen:
+            if osp.abspath(path) in found:
                 continue
-            seen.add(osp.abspath(path))
             name = osp.splitext(osp.relpath(path, root) if root else osp.basename(path))[0]
             while name in names:
                 name = osp.join(osp.basename(osp.dirname(osp.abspath(path))) or '_', name)
             names.add(name)
-            found.append(InputFile(path, name, kind == 'video'))
+            found[osp.abspath(path)] = InputFile(path, name, kind == 'video')
         if not matched:
             raise UserError(f'{spec}: no image ({", ".join(IMAGE_SUFFIXES)}) or video '
                             f'({", ".join(VIDEO_SUFFIXES)}) in it')
-    return found
+    return list(found.values())
 
 
 def read_image(path: str) -> np.ndarray:
@@ -118,23 +107,19 @@ def video_frame_count(path: str) -> int:
         capture.release()
 
 
-def read_video_frames(path: str) -> tuple[Iterator[np.ndarray], float, int]:
-    """``(frames, fps, frame count)`` of a video; frames are BGR ``uint8 (H, W, 3)``."""
+def read_video_frames(path: str) -> tuple[Iterator[np.ndarray], float]:
+    """``(frames, fps)`` of a video; frames are BGR ``uint8 (H, W, 3)``."""
     capture = cv2.VideoCapture(path)
     if not capture.isOpened():
         problem = 'file not found' if not osp.isfile(path) else 'truncated, or not a video'
         raise UserError(f'{path}: video cannot be opened by OpenCV ({problem})')
     fps = capture.get(cv2.CAP_PROP_FPS) or 25.0
-    count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
 
     def frames() -> Iterator[np.ndarray]:
         try:
-            while True:
-                ok, frame = capture.read()
-                if not ok:
-                    return
+            while (frame := capture.read()[1]) is not None:  # (False, None) at the end
                 yield frame
         finally:
             capture.release()
 
-    return frames(), fps, count
+    return frames(), fps

@@ -1,15 +1,8 @@
 """A trained segmentor from a config and a checkpoint, checked before anything heavy happens.
 
-:func:`load_segmentor` is mmseg's ``init_model`` (the model in eval mode with ``model.cfg`` and
-the classes and palette of the checkpoint's ``dataset_meta``) behind the checks every tool wants
-first: the config exists, the checkpoint is read as data (:mod:`afno_seg.engine.checkpoint`; an
-unsafe or unreadable file is named in one line), every ``type=`` of the model is registered, the
-requested device exists; and after: the checkpoint fits the model
-(:func:`~afno_seg.engine.checkpoint_fit.check_fit`: a wrong file is refused, not run with random
-weights), classes and palette come from the config's dataset when the checkpoint has none; plus
-the inference mode (``whole``/``slide``) a user may ask for. mmseg's ``SegformerHead`` is built as
-:class:`~afno_seg.decode_heads.LowResFusionSegformerHead` (same parameters and values, a third of
-the head's work).
+:func:`load_segmentor` is mmseg's ``init_model`` behind the checks every tool wants first (config,
+checkpoint read as data, registered types, device) and after (the checkpoint fits the model:
+a wrong file is refused, not run with random weights; classes and palette).
 """
 import logging
 import os.path as osp
@@ -48,12 +41,6 @@ def set_inference_mode(cfg: Config, mode: str | None) -> None:
         test_cfg['stride'] = tuple(max(1, 3 * size // 4) for size in crop)
 
 
-def check_device(device: str) -> None:
-    """A clear error for ``cuda`` on a machine without it."""
-    if device.startswith('cuda') and not torch.cuda.is_available():
-        raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
-
-
 def dataset_meta_for(checkpoint, cfg: Config, filename: str) -> dict:
     """Classes and palette: the checkpoint's ``meta['dataset_meta']``, else (converted or
     hand-made checkpoints have none) the config's test dataset's, with one line saying so."""
@@ -66,17 +53,13 @@ def dataset_meta_for(checkpoint, cfg: Config, filename: str) -> dict:
     dataset_cfg = (cfg.get('test_dataloader') or {}).get('dataset') or {}
     while 'dataset' in dataset_cfg:  # RepeatDataset and the like
         dataset_cfg = dataset_cfg['dataset']
-    dataset_class = DATASETS.get(dataset_cfg.get('type', ''))
-    if dataset_class is None:
-        raise UserError(f'{filename} has no classes/palette in its meta and the config has no '
-                        'test_dataloader.dataset type to take them from')
-    from_config = dict(getattr(dataset_class, 'METAINFO', {}))
+    from_config = dict(getattr(DATASETS.get(dataset_cfg.get('type', '')), 'METAINFO', {}))
     from_config.update(dataset_cfg.get('metainfo') or {})
     if not from_config.get('classes') or not from_config.get('palette'):
         raise UserError(f'{filename} has no classes/palette in its meta, nor has the config\'s '
-                        f'dataset {dataset_cfg.get("type")}')
+                        f'test_dataloader.dataset (type {dataset_cfg.get("type")})')
     print_log(f'{filename} has no classes/palette in its meta: using those of the config\'s '
-              f'dataset {dataset_cfg["type"]} ({len(from_config["classes"])} classes)',
+              f'dataset {dataset_cfg.get("type")} ({len(from_config["classes"])} classes)',
               logger='current', level=logging.WARNING)
     dataset_meta.update(classes=from_config['classes'], palette=from_config['palette'])
     return dataset_meta
@@ -102,7 +85,8 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
     if not osp.isfile(config):
         raise UserError(f'config file not found: {config}')
     loaded = load_checkpoint_file(checkpoint, map_location='cpu')  # refused before any build
-    check_device(device)
+    if device.startswith('cuda') and not torch.cuda.is_available():
+        raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)

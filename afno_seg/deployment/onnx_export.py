@@ -1,23 +1,15 @@
 """ONNX export of a whole segmentor, in mmseg's deployment convention, and its self-check.
 
-The graph is ``EncoderDecoder.encode_decode``: input the normalised image ``(1, 3, H, W)`` (what
-the data preprocessor makes of an image: BGR->RGB, mean/std, padding), output the logits
-``(1, num_classes, H, W)``; pre- and post-processing (resize to the original image, argmax) stay
-outside, as with mmdeploy. Standard ONNX ops only (torch's dynamo exporter, opset 20); the
-mixers run their export forms (:mod:`afno_seg.mixers.forms`: real arithmetic, no complex matmul).
+The graph is ``EncoderDecoder.encode_decode``: the normalised image ``(1, 3, H, W)`` (what the
+data preprocessor makes of an image) in, the logits ``(1, num_classes, H, W)`` out; resizing to
+the original image and argmax stay outside, as with mmdeploy. Standard ONNX ops only (torch's
+dynamo exporter, opset 20); the mixers run their export forms (:mod:`afno_seg.mixers.forms`).
 
-The spectral mixers' transforms (AFNO, GFN, FNet, FNO) go into the graph in one of two forms
-(``dft``): ``'op'``, the ONNX ``DFT`` operator, or ``'matmul'``, real matrix products with constant
-DFT matrices (:mod:`afno_seg.mixers.export.dft`, in the tokens' layout; a truncated band is
-computed directly, so AFNO-25% and FNO cost what they keep). ``'auto'`` (:func:`resolve_dft`)
-takes the matmul form for a fixed input size, the op form with ``dynamic=True`` (the matrices
-are built for the export's sizes); the rule's measurements are in ``BENCHMARKS.md`` ("DFT as
-matmuls"). OpenVINO needs the matmul form (:func:`.predictor.openvino_session`).
-
-``dynamic=True`` makes H and W dynamic where every mixer of the model allows it; a mixer that
-cannot says so with ``onnx_dynamic_shape = False`` (a class attribute with a comment why, or a
-property where it depends on the arguments), which :func:`static_shape_mixers` reads: AFNO-25%
-and FNO (band sizes computed in Python from H, W) and Long-Short (window grid likewise).
+The spectral mixers' transforms go into the graph in one of two forms (``dft``): ``'op'``, the
+ONNX ``DFT`` operator, or ``'matmul'``, real matrix products with constant DFT matrices
+(:mod:`afno_seg.mixers.export.dft`; a truncated band is computed directly, so AFNO-25% and FNO
+cost what they keep). Measurements behind :func:`resolve_dft`'s rule are in ``BENCHMARKS.md``
+("DFT as matmuls"). OpenVINO needs the matmul form (:func:`.predictor.openvino_session`).
 """
 import os
 import os.path as osp
@@ -39,11 +31,8 @@ DFT_CHOICES = ('auto', 'op', 'matmul')
 
 
 class SegmentorLogits(nn.Module):
-    """``inputs (B, 3, H, W) -> logits (B, num_classes, H, W)`` of an mmseg ``EncoderDecoder``.
-
-    Args:
-        segmentor (nn.Module): The segmentor (its ``encode_decode`` is traced).
-    """
+    """``inputs (B, 3, H, W) -> logits (B, num_classes, H, W)``: the ``encode_decode`` of an
+    mmseg ``EncoderDecoder``, as a module to export."""
 
     def __init__(self, segmentor: nn.Module) -> None:
         super().__init__()
@@ -56,11 +45,9 @@ class SegmentorLogits(nn.Module):
 
 
 def static_shape_mixers(model: nn.Module) -> list[str]:
-    """Names of the mixer classes in ``model`` whose ``onnx_dynamic_shape`` is False.
-
-    Read from the instance: a class attribute, or a property where it depends on the
-    arguments (AFNO with truncation).
-    """
+    """Names of the mixer classes in ``model`` that cannot be exported with dynamic H, W: their
+    ``onnx_dynamic_shape`` is False (a class attribute with a comment why, or a property where it
+    depends on the arguments, as AFNO's band sizes with truncation)."""
     return sorted({type(module).__name__ for module in model.modules()
                    if isinstance(module, TokenMixer)
                    and not getattr(module, 'onnx_dynamic_shape', True)})
@@ -75,12 +62,10 @@ def resolve_dft(dft: str, dynamic: bool) -> tuple[str, str]:
     """
     if dft not in DFT_CHOICES:
         raise UserError(f'--dft must be one of {", ".join(DFT_CHOICES)}, got {dft!r}')
-    if not dynamic:
-        return ('matmul' if dft == 'auto' else dft), ''
-    if dft == 'matmul':
+    if dynamic and dft == 'matmul':
         return 'op', ('--dynamic: the matmul DFT needs fixed H, W (its matrices are constants); '
                       'the spectral transforms are exported as DFT ops instead')
-    return 'op', ''
+    return (('op' if dynamic else 'matmul') if dft == 'auto' else dft), ''
 
 
 def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: bool = False,
@@ -100,15 +85,13 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
         str: ``out``.
     """
     form, _ = resolve_dft(dft, dynamic)
-    if dynamic:
-        static = static_shape_mixers(model)
-        if static:
-            raise UserError(f'--dynamic: {", ".join(static)} cannot be exported with dynamic H, W '
-                            '(see onnx_dynamic_shape in its class); export at a fixed --shape')
-    height, width = (int(size) for size in shape)
-    model = model.cpu().eval()
-    return export_network(SegmentorLogits(model), torch.zeros(1, 3, height, width), out,
-                          dynamic=dynamic, opset=opset, form=form)
+    static = static_shape_mixers(model) if dynamic else []
+    if static:
+        raise UserError(f'--dynamic: {", ".join(static)} cannot be exported with dynamic H, W '
+                        '(see onnx_dynamic_shape in its class); export at a fixed --shape')
+    example = torch.zeros(1, 3, *(int(size) for size in shape))
+    return export_network(SegmentorLogits(model.cpu().eval()), example, out, dynamic=dynamic,
+                          opset=opset, form=form)
 
 
 def export_network(network: nn.Module, example: Tensor, out: str, dynamic: bool = False,
@@ -117,17 +100,14 @@ def export_network(network: nn.Module, example: Tensor, out: str, dynamic: bool 
     spectral transforms in ``form`` (``'op'`` or ``'matmul'``); with ``dynamic``, H and W of the
     input are symbolic (from ``min_size`` to 8192). :func:`export_onnx` exports segmentors
     through it; the tests export single mixers on a grid."""
-    dynamic_shapes = None
-    if dynamic:
-        dims = (torch.export.Dim('height', min=min_size, max=8192),
-                torch.export.Dim('width', min=min_size, max=8192))
-        dynamic_shapes = ({2: dims[0], 3: dims[1]}, )
+    dims = {2: torch.export.Dim('height', min=min_size, max=8192),
+            3: torch.export.Dim('width', min=min_size, max=8192)}
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     with torch.no_grad(), use_form(form):
         program = torch.onnx.export(
             network.eval(), (example, ), dynamo=True, opset_version=opset,
-            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_shapes=dynamic_shapes,
-            external_data=False, verbose=False)
+            input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            dynamic_shapes=(dims, ) if dynamic else None, external_data=False, verbose=False)
     program.save(out)
     if dynamic:
         _drop_intermediate_shapes(out)
@@ -165,9 +145,8 @@ def onnx_session(path: str, threads: int | None = None, device: str = 'cpu',
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    providers = ['CPUExecutionProvider']
-    if device.startswith('cuda'):
-        providers.insert(0, 'CUDAExecutionProvider')
+    providers = (['CUDAExecutionProvider'] if device.startswith('cuda') else []) + [
+        'CPUExecutionProvider']
     try:
         return onnxruntime.InferenceSession(path, options, providers=providers)
     except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph/... types

@@ -1,9 +1,6 @@
 """Where an exported graph spends its time in onnxruntime: kernel time per operator type and per
 node, from onnxruntime's own profiler (``SessionOptions.enable_profiling``).
 
-    profile = profile_onnx('model.onnx', runs=3, threads=1)
-    print(profile.table(top=20))
-
 The first run is a warm-up (the arena grows, memory is touched for the first time) and is left
 out; the other runs are averaged. What runs is the graph as onnxruntime optimised it, so node
 names are the optimised ones (``conv2d_89_nchwc``: a Conv in NCHWc blocks, an Add fused into it).
@@ -12,13 +9,13 @@ Times are a shared machine's: compare shares within one profile, not millisecond
 import json
 import os
 import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..engine.errors import UserError
+from .benchmark import timed_ms
 from .onnx_export import onnx_session
 
 __all__ = ['NodeTime', 'OnnxProfile', 'profile_onnx']
@@ -94,9 +91,8 @@ def _summarise(events: list[dict], skip_runs: int) -> tuple[dict[str, float], li
         op, name = event['args'].get('op_name', '?'), event['name'][:-len('_kernel_time')]
         ops[op] = ops.get(op, 0.0) + event['dur']
         shapes = [list(s.values())[0] for s in event['args'].get('input_type_shape', [])]
-        previous = nodes.get(name)
-        nodes[name] = NodeTime(name, op, (previous.ms if previous else 0.0) + event['dur'],
-                               ', '.join('x'.join(map(str, s)) or 'scalar' for s in shapes))
+        nodes.setdefault(name, NodeTime(name, op, 0.0, ', '.join(
+            'x'.join(map(str, s)) or 'scalar' for s in shapes))).ms += event['dur']
     return ops, list(nodes.values())
 
 
@@ -117,11 +113,7 @@ def profile_onnx(path: str, runs: int = 3, threads: int = 1,
         session = onnx_session(path, threads=threads, profile_prefix=os.path.join(folder, 'ort'))
         feed = _random_feed(session, input_shape)
         session.run(None, feed)
-        run_ms = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            session.run(None, feed)
-            run_ms.append(1e3 * (time.perf_counter() - start))
+        run_ms = [timed_ms(lambda: session.run(None, feed)) for _ in range(runs)]
         with open(session.end_profiling()) as f:
             events = json.load(f)
     ops, nodes = _summarise(events, skip_runs=1)

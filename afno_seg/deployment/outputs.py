@@ -1,4 +1,4 @@
-"""What ``tools/inference.py`` writes: label PNGs, colour overlays, overlay videos, a JSON summary.
+"""What ``tools/inference.py`` writes for an input: label PNGs, colour overlays, overlay videos.
 
 * Label PNG: ``uint8`` train ids (0..num_classes-1), or with ``label_format='cityscapes'`` the
   Cityscapes ``labelIds`` the test server expects (through cityscapesscripts' ``trainId2label``,
@@ -6,10 +6,9 @@
 * Overlay: ``(1 - opacity) * image + opacity * colour of the class`` with the dataset palette.
 
 Every file appears complete or not at all (a kill leaves at most a hidden temporary file): PNGs
-and the summary through :func:`~afno_seg.engine.atomic_io.atomic_write`, a video under a hidden
-name renamed when its last frame is written.
+through :func:`~afno_seg.engine.atomic_io.atomic_write`, a video under a hidden name renamed when
+its last frame is written.
 """
-import json
 import os
 import os.path as osp
 
@@ -19,10 +18,7 @@ import numpy as np
 from ..engine.atomic_io import atomic_write
 from ..engine.errors import UserError
 
-__all__ = ['LABEL_FORMATS', 'VideoOverlayWriter', 'classes_present', 'overlay', 'to_label_ids',
-           'write_png', 'write_summary']
-
-LABEL_FORMATS = ('trainids', 'cityscapes')
+__all__ = ['VideoOverlayWriter', 'overlay', 'to_label_ids', 'write_png']
 
 
 def to_label_ids(train_ids: np.ndarray) -> np.ndarray:
@@ -43,11 +39,6 @@ def overlay(image: np.ndarray, label: np.ndarray, palette: np.ndarray,
     return np.clip(blended + 0.5, 0, 255).astype(np.uint8)
 
 
-def classes_present(label: np.ndarray, classes: list[str]) -> list[str]:
-    """Names of the classes the label map holds, in class order."""
-    return [classes[i] for i in np.unique(label).tolist() if i < len(classes)]
-
-
 def write_png(path: str, image: np.ndarray) -> str:
     """Write an image atomically (folders created); a failure names the file."""
     ok, data = cv2.imencode('.png', image)
@@ -58,12 +49,8 @@ def write_png(path: str, image: np.ndarray) -> str:
 
 
 class VideoOverlayWriter:
-    """Overlay frames into a video (OpenCV, ``mp4v`` for .mp4, ``MJPG`` for .avi).
-
-    Args:
-        path (str): Output video file.
-        fps (float): Frames per second (the input's).
-    """
+    """Overlay frames into the video ``path`` at ``fps`` (OpenCV, ``mp4v`` for .mp4, ``MJPG``
+    for .avi)."""
 
     def __init__(self, path: str, fps: float) -> None:
         self.path, self.fps, self.writer, self.frames = path, fps, None, 0
@@ -91,9 +78,3 @@ class VideoOverlayWriter:
                 os.replace(self.partial, self.path)
             elif osp.exists(self.partial):
                 os.remove(self.partial)
-
-
-def write_summary(path: str, summary: dict) -> str:
-    """Write the JSON summary atomically (indented, keys in the order given)."""
-    atomic_write(json.dumps(summary, indent=2) + '\n', path)
-    return path

@@ -1,23 +1,22 @@
-"""Label maps for images: the config's test pipeline, the segmentor (PyTorch, onnxruntime or
-OpenVINO).
+"""Label maps for images: the config's test pipeline, then the segmentor in PyTorch, onnxruntime
+or OpenVINO.
 
-:class:`Segmenter` runs what mmseg's ``inference_model`` runs (the config's ``test_pipeline``
-from an image array, ``model.test_step``: data preprocessor, whole or sliding-window inference,
-logits resized back to the image) in batches of equal-sized images, and times each batch.
-:func:`use_onnxruntime` swaps the network for a session of the exported graph
-(:mod:`.onnx_export`): onnxruntime's, or :func:`openvino_session`'s (the same file compiled by
-OpenVINO for the CPU, behind the two methods of onnxruntime's session that are used here),
-keeping mmseg's pre- and post-processing around it, so every backend sees the same tensors.
+:class:`Segmenter` runs what mmseg's ``inference_model`` runs (``test_pipeline`` from an image
+array, ``model.test_step``) in batches of equal-sized images, and times each batch.
+:func:`use_onnxruntime` swaps only the network for a session of the exported graph (onnxruntime's,
+or :func:`openvino_session`'s behind the same two methods), so every backend sees the same tensors.
 """
 import copy
 import os.path as osp
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 from mmcv.transforms import Compose
+from mmengine.dataset import pseudo_collate
 from torch import Tensor
 
 from ..engine.errors import UserError
@@ -29,12 +28,8 @@ __all__ = ['OpenVinoSession', 'Prediction', 'Segmenter', 'array_pipeline', 'dft_
 
 @dataclass
 class Prediction:
-    """One image's result.
-
-    Attributes:
-        label (np.ndarray): ``(H, W)`` train ids at the image's own size, ``uint8``.
-        seconds (float): Inference time (pipeline excluded), its share of the batch's.
-    """
+    """One image's ``(H, W)`` uint8 train ids at its own size and its share of the batch's
+    inference time (pipeline excluded)."""
     label: np.ndarray
     seconds: float
 
@@ -55,11 +50,8 @@ def array_pipeline(cfg) -> list[dict]:
 
 
 class Segmenter:
-    """Segment BGR ``uint8`` images with a segmentor built by mmseg's ``init_model``.
-
-    Args:
-        model (nn.Module): The ``EncoderDecoder`` (with ``model.cfg``), in eval mode.
-    """
+    """Segment BGR ``uint8`` images with an ``EncoderDecoder`` in eval mode that has
+    ``model.cfg`` (as mmseg's ``init_model`` builds it)."""
 
     def __init__(self, model) -> None:
         self.model = model
@@ -81,11 +73,9 @@ class Segmenter:
         for index, item in enumerate(prepared):
             groups.setdefault(tuple(item['inputs'].shape), []).append(index)
         for indices in groups.values():
-            data = dict(inputs=[prepared[i]['inputs'] for i in indices],
-                        data_samples=[prepared[i]['data_samples'] for i in indices])
             start = time.perf_counter()
             with torch.no_grad():
-                outputs = self.model.test_step(data)
+                outputs = self.model.test_step(pseudo_collate([prepared[i] for i in indices]))
             seconds = (time.perf_counter() - start) / len(indices)
             for index, output in zip(indices, outputs):
                 label = output.pred_sem_seg.data[0].cpu().numpy().astype(np.uint8)
@@ -93,81 +83,63 @@ class Segmenter:
         return results
 
 
-class OnnxRuntimeEncodeDecode:
-    """Stands in for ``EncoderDecoder.encode_decode``: the logits from an onnxruntime session.
+def use_onnxruntime(model, session, path: str):
+    """Make ``model`` compute its logits with ``session`` (everything else stays PyTorch).
 
     Args:
+        model (nn.Module): The ``EncoderDecoder``; its ``encode_decode`` is replaced.
         session: ``onnxruntime.InferenceSession`` of a graph from :func:`.export_onnx`, or an
             :class:`OpenVinoSession`.
         path (str): Its file, for messages.
     """
+    shape = session.get_inputs()[0].shape  # ints where static, names where dynamic
+    static_hw = tuple(shape[2:]) if all(isinstance(s, int) for s in shape[2:]) else None
 
-    def __init__(self, session, path: str) -> None:
-        self.session = session
-        self.path = path
-        shape = session.get_inputs()[0].shape  # ints where static, names where dynamic
-        self.static_hw = tuple(shape[2:]) if all(isinstance(s, int) for s in shape[2:]) else None
-
-    def __call__(self, inputs: Tensor, batch_img_metas: list[dict]) -> Tensor:
-        if self.static_hw is not None and tuple(inputs.shape[2:]) != self.static_hw:
+    def encode_decode(inputs: Tensor, batch_img_metas: list[dict]) -> Tensor:
+        if static_hw is not None and tuple(inputs.shape[2:]) != static_hw:
             raise UserError(
-                f'{self.path} takes {self.static_hw[0]}x{self.static_hw[1]} inputs (exported '
-                f'without --dynamic) but the model gets {inputs.shape[2]}x{inputs.shape[3]} '
-                'here; export at this --shape or with --dynamic, or use --mode slide with '
+                f'{path} takes {static_hw[0]}x{static_hw[1]} inputs (exported without '
+                f'--dynamic) but the model gets {inputs.shape[2]}x{inputs.shape[3]} here; '
+                'export at this --shape or with --dynamic, or use --mode slide with '
                 'model.test_cfg.crop_size equal to the exported shape')
         array = inputs.detach().float().cpu().numpy()
-        logits = [self.session.run(None, {INPUT_NAME: array[i:i + 1]})[0]
+        logits = [session.run(None, {INPUT_NAME: array[i:i + 1]})[0]
                   for i in range(array.shape[0])]
         return torch.from_numpy(np.concatenate(logits)).to(inputs.device)
 
-
-def use_onnxruntime(model, session, path: str):
-    """Make ``model`` compute its logits with ``session`` (everything else stays PyTorch)."""
-    model.encode_decode = OnnxRuntimeEncodeDecode(session, path)
+    model.encode_decode = encode_decode
     return model
 
 
-class _InputInfo:
-    """The ``name`` and ``shape`` of a graph input, as onnxruntime's ``NodeArg`` has them."""
-
-    def __init__(self, name: str, shape: list) -> None:
-        self.name, self.shape = name, shape
-
-
 class OpenVinoSession:
-    """An OpenVINO ``CompiledModel`` behind onnxruntime's ``run`` / ``get_inputs`` interface.
-
-    Args:
-        compiled: ``openvino.CompiledModel`` of a graph from :func:`.export_onnx` (one input).
-    """
+    """An OpenVINO ``CompiledModel`` of a graph from :func:`.export_onnx` (one input) behind
+    onnxruntime's ``run`` / ``get_inputs`` interface."""
 
     def __init__(self, compiled) -> None:
         self.compiled = compiled
         self.request = compiled.create_infer_request()
 
-    def get_inputs(self) -> list[_InputInfo]:
+    def get_inputs(self) -> list[SimpleNamespace]:
+        """``name`` and ``shape`` of the input, as onnxruntime's ``NodeArg`` has them."""
         port = self.compiled.input(0)
         shape = [dim.get_length() if dim.is_static else f'd{index}'
                  for index, dim in enumerate(port.get_partial_shape())]
-        return [_InputInfo(port.get_any_name(), shape)]
+        return [SimpleNamespace(name=port.get_any_name(), shape=shape)]
 
     def run(self, output_names, feed: dict) -> list[np.ndarray]:
-        """Outputs for ``feed`` (``{input name: array}``); ``output_names`` must be None (all)."""
-        if output_names is not None:
-            raise ValueError('OpenVinoSession.run computes all outputs: pass None')
+        """All outputs for ``feed`` (``{input name: array}``; ``output_names`` is ignored)."""
         results = self.request.infer(list(feed.values()))
-        return [np.array(results[port]) for port in self.compiled.outputs]  # copies: the
-        # request's buffers are overwritten by the next call
+        # copies: the request's buffers are overwritten by the next call
+        return [np.array(results[port]) for port in self.compiled.outputs]
 
 
 def openvino_session(path: str, threads: int | None = None) -> OpenVinoSession:
     """The ONNX file ``path`` compiled by OpenVINO for the CPU, in float32.
 
     float32 explicitly: OpenVINO's CPU plugin would otherwise pick bfloat16 where the processor
-    has it (AMX, AVX-512 BF16), which breaks parity with PyTorch. A graph with ``DFT`` nodes (an
-    export with ``--dft op``) is refused: OpenVINO 2026.4's ONNX reader converts them wrongly
-    (FNet's logits off by 0.5 on the tiny test model, without an error) or not at all (AFNO, GFN:
-    shape errors); the ``--dft matmul`` export runs.
+    has it, which breaks parity with PyTorch. A graph with ``DFT`` nodes (``--dft op``) is
+    refused: OpenVINO 2026.4's ONNX reader converts them wrongly without an error (FNet) or not
+    at all (AFNO, GFN).
     """
     if not osp.isfile(path):
         raise UserError(f'ONNX file not found: {path}')

@@ -26,6 +26,7 @@ import numpy as np
 from mmengine.evaluator import BaseMetric
 from mmseg.registry import METRICS
 
+from .inputs import read_image
 from .outputs import write_png
 
 __all__ = ['SegReportMetric', 'WorstImage', 'class_scores', 'confusion_matrix', 'image_miou',
@@ -36,10 +37,9 @@ PANEL_WIDTH = 480  # pixels of each of the four panels of a worst image
 
 @dataclass
 class WorstImage:
-    """One of the worst images: its name, mIoU, BGR image, ground truth and prediction."""
-    name: str
+    """One of the worst images: its file, mIoU, ground truth and prediction."""
+    path: str
     miou: float
-    image: np.ndarray
     gt: np.ndarray
     pred: np.ndarray
 
@@ -64,6 +64,11 @@ def image_miou(matrix: np.ndarray) -> float:
     return float(np.nanmean(iou)) if np.isfinite(iou).any() else float('nan')
 
 
+def _worst(images, k: int) -> list[WorstImage]:
+    """The ``k`` lowest-mIoU of ``images`` (WorstImage), worst first; NaN mIoU left out."""
+    return sorted((w for w in images if not np.isnan(w.miou)), key=lambda w: w.miou)[:k]
+
+
 def _colour(label: np.ndarray, palette: np.ndarray) -> np.ndarray:
     colours = np.concatenate([palette[:, ::-1], np.zeros((256 - len(palette), 3))]).astype(np.uint8)
     return colours[label]
@@ -72,8 +77,9 @@ def _colour(label: np.ndarray, palette: np.ndarray) -> np.ndarray:
 def _panels(worst: WorstImage, palette: np.ndarray, ignore_index: int) -> np.ndarray:
     """image | ground truth | prediction | errors, side by side, each PANEL_WIDTH wide."""
     height, width = worst.gt.shape
-    image = cv2.resize(worst.image, (width, height)) if worst.image.shape[:2] != (height, width) \
-        else worst.image
+    image = read_image(worst.path)
+    if image.shape[:2] != (height, width):
+        image = cv2.resize(image, (width, height))
     errors = (image * 0.35).astype(np.uint8)
     errors[(worst.pred != worst.gt)] = (0, 0, 255)
     errors[worst.gt == ignore_index] = 0
@@ -85,36 +91,31 @@ def _panels(worst: WorstImage, palette: np.ndarray, ignore_index: int) -> np.nda
 
 
 def _plots(out_dir: str, classes: list[str], matrix: np.ndarray) -> None:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global to close
     iou, acc = class_scores(matrix)
     rows = np.arange(len(classes))
-    figure, axes = plt.subplots(figsize=(6, 0.28 * len(classes) + 1.2))
+    figure = Figure(figsize=(6, 0.28 * len(classes) + 1.2), layout='tight')
+    axes = figure.subplots()
     axes.barh(rows - 0.2, np.nan_to_num(iou) * 100, 0.4, label='IoU')
     axes.barh(rows + 0.2, np.nan_to_num(acc) * 100, 0.4, label='Acc')
     axes.set(yticks=rows, yticklabels=classes, xlim=(0, 100), xlabel='%')
     axes.invert_yaxis()
     axes.legend(loc='lower right')
-    figure.tight_layout()
     figure.savefig(osp.join(out_dir, 'classes.png'), dpi=100)
-    plt.close(figure)
     with np.errstate(invalid='ignore', divide='ignore'):
         normalised = matrix / matrix.sum(1, keepdims=True) * 100
     size = 0.42 * len(classes) + 2
-    figure, axes = plt.subplots(figsize=(size, size * 0.9))
+    figure = Figure(figsize=(size, size * 0.9), layout='tight')
+    axes = figure.subplots()
     shown = axes.imshow(np.nan_to_num(normalised), cmap='viridis', vmin=0, vmax=100)
     figure.colorbar(shown, ax=axes, fraction=0.046, pad=0.04)
-    axes.set(xticks=rows, yticks=rows, xlabel='Prediction', ylabel='Ground Truth',
-             title='Normalized Confusion Matrix')
-    axes.set_xticklabels(classes, rotation=90)
-    axes.set_yticklabels(classes)
+    axes.set(xlabel='Prediction', ylabel='Ground Truth', title='Normalized Confusion Matrix')
+    axes.set_xticks(rows, classes, rotation=90)
+    axes.set_yticks(rows, classes)
     for g, p in zip(*np.nonzero(normalised >= 1)):  # values, as mmseg's --include-values
         axes.text(p, g, f'{normalised[g, p]:.0f}', ha='center', va='center', fontsize=6,
                   color='black' if normalised[g, p] > 60 else 'white')
-    figure.tight_layout()
     figure.savefig(osp.join(out_dir, 'confusion.png'), dpi=100)
-    plt.close(figure)
 
 
 def _img(src: str, alt: str) -> str:
@@ -140,7 +141,7 @@ def write_report(out_dir: str, classes: list[str], palette, matrix: np.ndarray,
         name = f'worst/{rank:02d}.png'
         write_png(osp.join(out_dir, name), _panels(item, np.asarray(palette), ignore_index))
         image = _img(name, 'image, ground truth, prediction, errors')
-        figures.append(f'<figure><figcaption>{rank}. {html.escape(item.name)}: mIoU '
+        figures.append(f'<figure><figcaption>{rank}. {html.escape(osp.basename(item.path))}: mIoU '
                        f'{item.miou * 100:.2f}</figcaption>{image}</figure>')
     page = f'''<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">
@@ -171,18 +172,15 @@ def report_on_files(out_dir: str, pairs: list[tuple[str, str, str]], classes: li
                     worst: int = 8, title: str = '', ignore_index: int = 255) -> str:
     """:func:`write_report` from files: ``pairs`` of (image, predicted train ids PNG, ground
     truth train ids PNG), as ``tools/inference.py --labels`` has them."""
-    from .inputs import read_image
     matrix, scored = np.zeros((len(classes), len(classes)), np.int64), []
     for image, pred, gt in pairs:
-        labels = [cv2.imread(path, cv2.IMREAD_UNCHANGED) for path in (pred, gt)]
-        image_matrix = confusion_matrix(*labels, len(classes), ignore_index)
+        pred, gt = (cv2.imread(path, cv2.IMREAD_UNCHANGED) for path in (pred, gt))
+        image_matrix = confusion_matrix(pred, gt, len(classes), ignore_index)
         matrix += image_matrix
-        miou = image_miou(image_matrix)
-        if not np.isnan(miou):  # keep the labels of the worst k seen so far, no more
-            scored = sorted(scored + [(miou, image, labels)], key=lambda s: s[0])[:worst]
-    return write_report(out_dir, classes, palette, matrix, [
-        WorstImage(osp.basename(image), miou, read_image(image), gt, pred)
-        for miou, image, (pred, gt) in scored], title, len(pairs), ignore_index)
+        # the labels of the worst k seen so far, no more
+        scored = _worst(scored + [WorstImage(image, image_miou(image_matrix), gt, pred)], worst)
+    return write_report(out_dir, classes, palette, matrix, scored, title, len(pairs),
+                        ignore_index)
 
 
 @METRICS.register_module()
@@ -217,12 +215,9 @@ class SegReportMetric(BaseMetric):
                 best['gt'] = best['pred'] = None
 
     def compute_metrics(self, results: list) -> dict:
-        from .inputs import read_image
         matrix = sum(r['matrix'] for r in results)
-        candidates = sorted((r for r in results if r['gt'] is not None and not np.isnan(r['miou'])),
-                            key=lambda r: r['miou'])[:self.worst]
-        worst = [WorstImage(osp.basename(r['path']), r['miou'], read_image(r['path']), r['gt'],
-                            r['pred']) for r in candidates]
+        worst = _worst((WorstImage(r['path'], r['miou'], r['gt'], r['pred']) for r in results
+                        if r['gt'] is not None), self.worst)
         path = write_report(self.out_dir, list(self.dataset_meta['classes']),
                             self.dataset_meta['palette'], matrix, worst, self.title,
                             len(results), self.ignore_index)

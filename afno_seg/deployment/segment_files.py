@@ -1,30 +1,29 @@
 """Segment image and video files into an output folder: what ``tools/inference.py`` does.
 
 For an image ``NAME.png`` (``NAME``: its path below the folder or pattern it was found through):
-``OUT/labels/NAME.png`` (train ids, or Cityscapes labelIds), ``OUT/overlays/NAME.png``; for a
-video ``NAME.mp4``: ``OUT/videos/NAME.mp4`` with every frame overlaid. ``OUT/summary.json`` lists
-every input: its outputs, size, inference time and classes present, or why it failed, or that it
-is not done yet.
-
-At dataset scale:
+``OUT/labels/NAME.png`` and ``OUT/overlays/NAME.png``; for a video ``NAME.mp4``:
+``OUT/videos/NAME.mp4``, every frame overlaid. ``OUT/summary.json`` lists every input: its
+outputs, size, inference time and classes, or why it failed, or that it is not done yet.
 
 * **Nothing lost, nothing redone.** Outputs appear complete or not at all (:mod:`.outputs`); then
-  one line naming the input is appended to this process's journal ``OUT/.progress/RUN-rankR.jsonl``.
-  An input is done when a journal line (of any earlier run) says so and its outputs exist; a rerun
-  skips it, so a kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the
+  a line naming the input is appended to this process's journal ``OUT/.progress/RUN-rankR.jsonl``.
+  A rerun skips every input a journal line says is written and whose outputs exist (failures are
+  retried), so a kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the
   images already predicted are written, the rest is left for the rerun.
 * **One bad file is one failure.** An input that cannot be decoded, or that the model refuses
-  (a :class:`UserError`, e.g. a static ONNX shape), is journaled with its reason and named on
-  stderr, and the run goes on (``strict``: it stops there). Failures are retried by a rerun.
-* **The model never waits.** Decoding and the test pipeline run in DataLoader workers; images whose
-  prepared tensors have one size are batched (``batch_size``; the labels are those of batch 1);
-  PNG encoding and writing run in a thread while the next batch is in the model.
-* **Shards.** Rank ``r`` of ``w`` takes inputs ``r, r + w, ...`` of the (sorted, deterministic)
-  input list. Ranks coordinate through the output folder (shared by all of them): each writes
-  ``RUN-rankR.done`` when its share is through; rank 0 waits for them (or a stop signal) and merges
-  every journal into ``summary.json``, where an input a rank left undone is ``not done`` with that
-  rank.
+  (a :class:`UserError`, e.g. a static ONNX shape), is journaled and named on stderr, and the run
+  goes on (``strict``: it stops there).
+* **The model never waits.** Decoding and the test pipeline run in DataLoader workers; images
+  whose prepared tensors have one size are batched (the labels are those of batch 1); PNGs are
+  written in a thread while the next batch is in the model.
+* **Shards.** Rank ``r`` of ``w`` takes inputs ``r, r + w, ...``. Ranks meet only through the
+  output folder: each writes ``RUN-rankR.done`` when its share is through; rank 0 waits for them
+  (or a stop signal, or a dead rank) and merges every journal into ``summary.json``, where what a
+  rank left is ``not done`` with that rank.
 """
+import functools
+import glob
+import itertools
 import json
 import os
 import os.path as osp
@@ -33,7 +32,7 @@ import socket
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -41,19 +40,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from mmengine.utils import ProgressBar
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from ..engine.atomic_io import atomic_write, remove_stale_temp_files
+from ..engine.distributed import _is_running
 from ..engine.errors import UserError
 from .inputs import InputFile, read_image, read_video_frames, video_frame_count
-from .outputs import (
-    VideoOverlayWriter,
-    classes_present,
-    overlay,
-    to_label_ids,
-    write_png,
-    write_summary,
-)
+from .outputs import VideoOverlayWriter, overlay, to_label_ids, write_png
 from .predictor import Segmenter
 
 __all__ = ['PROGRESS_DIR', 'Shard', 'segment_files']
@@ -75,26 +68,13 @@ def _reason(error: BaseException, path: str) -> str:
     return text[len(path) + 2:] if text.startswith(path + ': ') else text
 
 
-class _Decoded(Dataset):
-    """``(item, BGR image, pipeline output, failure reason)`` per image, made in a worker."""
-
-    def __init__(self, items: Sequence[InputFile], prepare) -> None:
-        self.items, self.prepare = items, prepare
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int):
-        item = self.items[index]
-        try:
-            image = read_image(item.path)
-            return item, image, self.prepare(image), None
-        except Exception as error:  # any bad file is a failure of its own, named
-            return item, None, None, _reason(error, item.path)
-
-
-def _as_is(sample):
-    return sample
+def _decode(prepare, item: InputFile) -> tuple:
+    """``(item, BGR image, pipeline output, failure reason)`` of an image, made in a worker."""
+    try:
+        image = read_image(item.path)
+        return item, image, prepare(image), None
+    except Exception as error:  # any bad file is a failure of its own, named
+        return item, None, None, _reason(error, item.path)
 
 
 def _leave_stop_signals_to_the_parent(_) -> None:
@@ -108,11 +88,9 @@ def completed_inputs(out_dir: str) -> dict[str, dict]:
     """``{absolute input path: entry}`` of every journal under ``out_dir``, the latest line of
     each input winning; a line cut by a kill is ignored; ``ok`` entries whose outputs are gone are
     dropped."""
-    folder, entries = osp.join(out_dir, PROGRESS_DIR), {}
-    names = sorted(os.listdir(folder), key=lambda n: osp.getmtime(osp.join(folder, n))) \
-        if osp.isdir(folder) else []
-    for name in (n for n in names if n.endswith('.jsonl')):
-        with open(osp.join(folder, name)) as file:
+    entries = {}
+    for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
+        with open(journal) as file:
             for line in file:
                 try:
                     entry = json.loads(line)
@@ -129,15 +107,14 @@ def _stop_requests():
     """A list that the first SIGTERM/SIGINT appends its name to; the next one acts as it would
     have (only the main thread can handle signals; elsewhere nothing is installed)."""
     stopped: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield stopped
-        return
+    main = threading.current_thread() is threading.main_thread()
 
     def note(number, _) -> None:
         stopped.append(signal.Signals(number).name)
         signal.signal(number, previous[number])
 
-    previous = {number: signal.signal(number, note) for number in (signal.SIGTERM, signal.SIGINT)}
+    previous = {number: signal.signal(number, note) for number in (signal.SIGTERM, signal.SIGINT)
+                if main}
     try:
         yield stopped
     finally:
@@ -151,7 +128,7 @@ class _Run:
     def __init__(self, segmenter, out_dir, shard, label_format, opacity, strict, steps, progress):
         meta = segmenter.model.dataset_meta
         self.classes, self.palette = list(meta['classes']), np.asarray(meta['palette'])
-        self.segmenter, self.out_dir, self.shard, self.strict = segmenter, out_dir, shard, strict
+        self.segmenter, self.out_dir, self.strict = segmenter, out_dir, strict
         self.label_format, self.opacity = label_format, opacity
         os.makedirs(osp.join(out_dir, PROGRESS_DIR), exist_ok=True)
         for folder in ('labels', 'overlays'):  # what a killed run was writing
@@ -162,7 +139,6 @@ class _Run:
         self.record(dict(rank=shard.rank, host=socket.gethostname(), pid=os.getpid()))
         self.pool = ThreadPoolExecutor(1, thread_name_prefix='afno_seg_writer')
         self.bar = ProgressBar(steps) if progress and steps else None
-        self.failed = 0
 
     def record(self, entry: dict) -> None:
         with self.lock:
@@ -171,7 +147,6 @@ class _Run:
 
     def fail(self, item: InputFile, reason: str) -> None:
         self.record(dict(input=item.path, status='failed', error=reason))
-        self.failed += 1
         message = f'{item.path}: {reason}'
         if self.strict:
             raise UserError(message + ' (without --strict, bad inputs are skipped and listed)')
@@ -206,6 +181,9 @@ class _Run:
             if self.bar:
                 self.bar.update()
 
+    def class_names(self, ids) -> list[str]:
+        return [self.classes[i] for i in sorted(ids) if i < len(self.classes)]
+
     def write_image(self, item: InputFile, image: np.ndarray, prediction) -> None:
         label, stem = prediction.label, item.name + '.png'
         written = dict(
@@ -215,12 +193,13 @@ class _Run:
                               overlay(image, label, self.palette, self.opacity)))
         self.record(dict(input=item.path, status='ok', height=int(image.shape[0]),
                          width=int(image.shape[1]), seconds=round(prediction.seconds, 4),
-                         classes=classes_present(label, self.classes), **written))
+                         classes=self.class_names(np.unique(label).tolist()), **written))
 
     def images(self, items: Sequence[InputFile], batch_size: int, workers: int,
                stopped: list) -> None:
-        loader = DataLoader(_Decoded(items, self.segmenter.prepare), batch_size=None,
-                            num_workers=workers if items else 0, collate_fn=_as_is,
+        # batch_size=None: the workers apply collate_fn to each item alone
+        loader = DataLoader(items, batch_size=None, num_workers=workers if items else 0,
+                            collate_fn=functools.partial(_decode, self.segmenter.prepare),
                             worker_init_fn=_leave_stop_signals_to_the_parent)
         buckets: dict[tuple, list] = {}
         for item, image, prepared, reason in loader:
@@ -229,37 +208,30 @@ class _Run:
             if reason is not None:
                 self.fail(item, reason)
                 continue
-            bucket = buckets.setdefault(tuple(prepared['inputs'].shape), [])
-            bucket.append((item, image, prepared))
-            if len(bucket) == batch_size:
-                self.predict(buckets.pop(tuple(prepared['inputs'].shape)))
+            shape = tuple(prepared['inputs'].shape)
+            buckets.setdefault(shape, []).append((item, image, prepared))
+            if len(buckets[shape]) == batch_size:
+                self.predict(buckets.pop(shape))
         for bucket in buckets.values():
             self.predict(bucket)
 
     def video(self, item: InputFile, batch_size: int, stopped: list) -> None:
         """Overlay every frame of a video into ``OUT/videos/NAME.<suffix>``."""
         try:
-            frames, fps, _ = read_video_frames(item.path)
+            frames, fps = read_video_frames(item.path)
         except UserError as error:
             return self.fail(item, _reason(error, item.path))
         writer = VideoOverlayWriter(osp.join(self.out_dir, 'videos', item.name + osp.splitext(
             item.path)[1].lower()), fps)
-        seen, seconds, shape, start, chunk = set(), 0.0, (0, 0), time.perf_counter(), []
+        seen, seconds, shape, start = set(), 0.0, (0, 0), time.perf_counter()
         try:
-            for frame in _with_end(frames):
-                if stopped:
-                    break
-                if frame is not None:
-                    chunk.append(frame)
-                if chunk and (frame is None or len(chunk) == batch_size):
-                    for image, prediction in zip(chunk, self.segmenter(chunk)):
-                        writer.write(overlay(image, prediction.label, self.palette,
-                                             self.opacity))
-                        seen.update(np.unique(prediction.label).tolist())
-                        seconds, shape = seconds + prediction.seconds, image.shape
-                        if self.bar:
-                            self.bar.update()
-                    chunk = []
+            while not stopped and (chunk := list(itertools.islice(frames, batch_size))):
+                for image, prediction in zip(chunk, self.segmenter(chunk)):
+                    writer.write(overlay(image, prediction.label, self.palette, self.opacity))
+                    seen.update(np.unique(prediction.label).tolist())
+                    seconds, shape = seconds + prediction.seconds, image.shape
+                    if self.bar:
+                        self.bar.update()
         finally:
             writer.close(complete=not stopped)
         if stopped:
@@ -268,13 +240,7 @@ class _Run:
                          fps=fps, height=int(shape[0]), width=int(shape[1]),
                          seconds=round(seconds / max(writer.frames, 1), 4),
                          total_seconds=round(time.perf_counter() - start, 2),
-                         classes=[self.classes[i] for i in sorted(seen) if i < len(self.classes)]))
-
-
-def _with_end(frames):
-    """The frames, then ``None`` (flush the last chunk)."""
-    yield from frames
-    yield None
+                         classes=self.class_names(seen)))
 
 
 def _died(journal: str) -> bool:
@@ -284,13 +250,7 @@ def _died(journal: str) -> bool:
             first = json.loads(file.readline())
     except (OSError, ValueError):  # not started yet, or writing its first line
         return False
-    if first['host'] != socket.gethostname():
-        return False
-    try:
-        with open(f'/proc/{first["pid"]}/stat') as file:
-            return file.read().rsplit(')', 1)[1].split()[0] in ('Z', 'X')
-    except OSError:  # no /proc entry: the process is gone
-        return True
+    return first['host'] == socket.gethostname() and not _is_running(first['pid'])
 
 
 def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str,
@@ -306,12 +266,9 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
         label_format (str): ``'trainids'`` or ``'cityscapes'`` (labelIds). Default: 'trainids'.
         opacity (float): Colour weight of the overlays, in [0, 1]. Default: 0.5.
         batch_size (int): Images per forward pass (equal-sized ones share a batch). Default: 1.
-        meta (dict, optional): Extra entries for the summary (config, backend, ...).
-            Default: None.
-        progress (bool): Show mmengine's progress bar (one step per image or video frame).
-            Default: True.
-        workers (int): DataLoader worker processes decoding images (0: this process).
-            Default: 0.
+        meta (dict, optional): Extra summary entries (config, backend, ...). Default: None.
+        progress (bool): mmengine's progress bar (a step per image or frame). Default: True.
+        workers (int): DataLoader processes decoding images (0: this one). Default: 0.
         strict (bool): Stop at the first bad input (a :class:`UserError`). Default: False.
         shard (Shard, optional): This process's rank in a sharded run. Default: one process.
 
@@ -343,11 +300,11 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
                 raise UserError(f'rank {shard.rank} stopped by {stopped[0]}; rerun the same '
                                 'command to finish what it left')
             return None
-        progress = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
+        prefix = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
         while True:  # polled, so that a stop signal or a dead rank is seen at once
             waiting = [rank for rank in range(1, shard.world_size)
-                       if not osp.exists(f'{progress}-rank{rank}.done')]
-            dead = [rank for rank in waiting if _died(f'{progress}-rank{rank}.jsonl')]
+                       if not osp.exists(f'{prefix}-rank{rank}.done')]
+            dead = [rank for rank in waiting if _died(f'{prefix}-rank{rank}.jsonl')]
             if not waiting or dead or stopped:
                 break
             time.sleep(0.1)
@@ -359,13 +316,11 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
                                       rank=index % shard.world_size)
         resumed = earlier.get(key, {}).get('status') == 'ok'
         entries.append(dict(entry, resumed=True) if resumed else entry)
-    count = {status: sum(e['status'] == status for e in entries)
-             for status in ('ok', 'failed', 'not done')}
+    count = Counter(entry['status'] for entry in entries)
     summary = dict(**(meta or {}), label_format=label_format, num_inputs=len(entries),
                    num_done=count['ok'], num_failed=count['failed'],
                    num_not_done=count['not done'], num_resumed=sum('resumed' in e for e in entries),
                    stopped_by=stopped[0] if stopped else None, world_size=shard.world_size,
-                   dead_ranks=dead,
-                   inputs=entries)
-    write_summary(osp.join(out_dir, 'summary.json'), summary)
+                   dead_ranks=dead, inputs=entries)
+    atomic_write(json.dumps(summary, indent=2) + '\n', osp.join(out_dir, 'summary.json'))
     return summary

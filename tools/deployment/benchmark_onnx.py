@@ -28,6 +28,7 @@ import copy
 import csv
 import ctypes
 import itertools
+import os
 import os.path as osp
 import sys
 
@@ -43,7 +44,6 @@ from afno_seg.deployment.benchmark import (
     MixerAlone,
     compare_backends,
     demo_model_configs,
-    ensure_dir,
     markdown_table,
     prepared_input,
 )
@@ -165,7 +165,8 @@ def main(argv=None) -> int:
         print(result, flush=True)
         results.append(result)
     results += mixers_alone(args)
-    out = ensure_dir(args.out)
+    out = args.out
+    os.makedirs(out, exist_ok=True)
     with open(osp.join(out, 'benchmark_onnx.csv'), 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=list(results[0].row()))
         writer.writeheader()
