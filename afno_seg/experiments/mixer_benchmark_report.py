@@ -5,7 +5,8 @@ import math
 import torch
 
 from .benchmarking import environment, fit_exponent, paired_ratio
-from .mixer_benchmark import REFERENCE_NAMES, attention_names, spectral_names
+from .figures import pyplot, save_figure
+from .mixer_benchmark import COMPOSED, REFERENCE_NAMES, attention_names, spectral_names
 
 __all__ = ['FIELDS', 'exponent_rows', 'format_ratio', 'ratio_rows', 'write_markdown', 'write_plot']
 
@@ -13,44 +14,41 @@ FIELDS = ['device', 'dtype', 'stage', 'channels', 'grid', 'tokens', 'batch', 'na
           'median_ms', 'min_ms', 'max_ms', 'peak_mb', 'held_mb', 'gflop_fwd', 'times_ms']
 
 
-def _times(rows, dtype, stage, grid, name):
+def _by_point(rows: list[dict]) -> dict[tuple, dict]:
+    """``(dtype, stage, grid, name) -> row``: the first row of each point."""
+    points = {}
     for row in rows:
-        if (row['dtype'], row['stage'], row['grid'], row['name']) == (dtype, stage, grid, name) \
-                and row['status'] == 'ok':
-            return [float(t) for t in row['times_ms'].split(';')]
-    return None
+        points.setdefault((row['dtype'], row['stage'], row['grid'], row['name']), row)
+    return points
 
 
 def ratio_rows(rows: list[dict], stages, dtypes, grid_of) -> list[dict]:
     """Per dtype and stage (at ``grid_of(stage)``): the paired ratios the targets are about."""
-    out = []
+    points, out = _by_point(rows), []
+    spectral, attention = spectral_names(), attention_names()
+    pairs = ([(name, 'fft') for name in spectral + ['fft-torch']]
+             + [(name, 'afno') for name in attention + ['afno' + COMPOSED]]
+             + [(f'{name}+compile', name) for name in spectral + attention]  # against eager
+             + [(name, name.removesuffix(COMPOSED)) for name in spectral  # against the fast form
+                if name.endswith(COMPOSED) and name != 'afno' + COMPOSED])
     for dtype in dtypes:
         for stage in stages:
             grid = grid_of(stage)
-            get = lambda name: _times(rows, dtype, stage.index, grid, name)  # noqa: E731
+
+            def get(name):
+                row = points.get((dtype, stage.index, grid, name), {})
+                return [float(t) for t in row['times_ms'].split(';')] \
+                    if row.get('status') == 'ok' else None
             entry = dict(dtype=dtype, stage=stage.index, channels=stage.channels, grid=grid)
             fft, afno = get('fft'), get('afno')
             matmuls = [t for t in (get('matmul'), get('matmul-complex')) if t]
-            if fft and matmuls:
-                floor = [f + min(m) for f, *m in zip(fft, *matmuls)]
-                if afno:
-                    entry['afno/floor'] = paired_ratio(afno, floor)
-            for name in spectral_names():
-                if fft and get(name):
-                    entry[f'{name}/fft'] = paired_ratio(get(name), fft)
-            if get('fft-torch') and fft:
-                entry['fft-torch/fft'] = paired_ratio(get('fft-torch'), fft)
-            for name in attention_names() + ['afno-composed']:
-                if afno and get(name):
-                    entry[f'{name}/afno'] = paired_ratio(get(name), afno)
-            for name in spectral_names() + attention_names():  # compiled against eager
-                if get(name) and get(f'{name}+compile'):
-                    entry[f'{name}+compile/{name}'] = paired_ratio(get(f'{name}+compile'),
-                                                                   get(name))
-            for name in spectral_names():  # a composed reference against its fused mixer
-                base = name[:-len('-composed')]
-                if name.endswith('-composed') and base != 'afno' and get(name) and get(base):
-                    entry[f'{name}/{base}'] = paired_ratio(get(name), get(base))
+            if fft and matmuls and afno:
+                entry['afno/floor'] = paired_ratio(afno, [f + min(m)
+                                                          for f, *m in zip(fft, *matmuls)])
+            for numerator, denominator in pairs:
+                if get(numerator) and get(denominator):
+                    entry[f'{numerator}/{denominator}'] = paired_ratio(get(numerator),
+                                                                       get(denominator))
             out.append(entry)
     return out
 
@@ -115,6 +113,7 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
         lines.append(f"| {e['dtype']} | {e['stage']} ({e['channels']}) | " + ' | '.join(cells)
                      + ' |')
     lines.append('')
+    points = _by_point(rows)
     for dtype in args.dtypes:
         for stage in args.stage_list:
             lines += [f'## {dtype}, stage {stage.index}: {stage.channels} channels, '
@@ -124,8 +123,7 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
             for grid in args.grids:
                 cells = []
                 for name in names:
-                    row = next((r for r in rows if (r['dtype'], r['stage'], r['grid'], r['name'])
-                                == (dtype, stage.index, grid, name)), None)
+                    row = points.get((dtype, stage.index, grid, name))
                     if row is None:
                         cells.append('')
                     elif row['status'] != 'ok':
@@ -144,9 +142,7 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
 
 
 def write_plot(path_prefix, rows, args) -> list[str]:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     written = []
     names = args.names
     for dtype in args.dtypes:
@@ -178,9 +174,6 @@ def write_plot(path_prefix, rows, args) -> list[str]:
                     axis.set_ylabel(label, fontsize=8)
         axes[0][0].legend(fontsize=7, ncol=2)
         fig.suptitle(f'Token mixers, {args.device} {dtype}, batch {args.batch}', fontsize=10)
-        fig.tight_layout()
-        path = f'{path_prefix}_{dtype}.png'
-        fig.savefig(path, dpi=60)
-        plt.close(fig)
-        written.append(path)
+        written.append(f'{path_prefix}_{dtype}.png')
+        save_figure(fig, written[-1], dpi=60)
     return written

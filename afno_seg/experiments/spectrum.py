@@ -244,12 +244,9 @@ def gfn_filters(model: torch.nn.Module, resample_factor: float = 2.0,
             stored = mixer.filter_at(base).abs().float()
             resampled = mixer.filter_at(other).abs().float()
         bands = radial_band_index(base, num_bands)
-        mean = stored.mean(-1).double()
-        totals = torch.zeros(num_bands, dtype=torch.float64).index_add_(0, bands.flatten(),
-                                                                        mean.flatten())
-        counts = torch.zeros(num_bands, dtype=torch.float64).index_add_(
-            0, bands.flatten(), torch.ones(bands.numel(), dtype=torch.float64))
+        ones = torch.ones(bands.shape, dtype=torch.float64)
         out.append(dict(name=name, stage=stage, layer=layer, base_grid=list(base),
                         resampled_grid=list(other), stored=stored, resampled=resampled,
-                        radial_mean=_ratio(totals, counts)))
+                        radial_mean=_ratio(_band_sums(stored.mean(-1), bands, ones, num_bands),
+                                           _band_sums(ones, bands, ones, num_bands))))
     return out

@@ -106,48 +106,37 @@ def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
     return lines
 
 
-def _eval_command(run: Run, checkpoint: Path, scale: float, cfg, options) -> list[str]:
-    return _job('evaluate', config=run.row.train_config, checkpoint=str(checkpoint),
-                work_dir=str(run.eval_dir(scale)),
-                cfg_options=[*options.cfg_options, *scale_options(cfg, scale)])
-
-
-class _Child:
-    """The running subprocess, so that a SIGTERM to the study stops it too."""
-    process: subprocess.Popen | None = None
-
-
-def _terminate(signum, frame):  # noqa: ARG001
-    if _Child.process is not None and _Child.process.poll() is None:
-        _Child.process.terminate()
-        try:
-            _Child.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _Child.process.kill()
-    raise SystemExit(128 + signum)
-
-
 def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
     """Run ``command``, its output into ``log_path``; training iterations echoed with ``prefix``;
     a SIGTERM meanwhile stops it too.
 
     Raises :class:`UserError` naming the log when it fails.
     """
+    process = None
+
+    def stop(signum, frame):  # noqa: ARG001
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        raise SystemExit(128 + signum)
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         with open(log_path, 'a') as log:
             log.write(f'$ {shlex.join(command)}\n')
             log.flush()
-            _Child.process = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True)
-            for line in _Child.process.stdout:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True)
+            for line in process.stdout:
                 log.write(line)
                 if 'Iter(train)' in line:
                     brief = line.split('Iter(train)', 1)[1].strip()
                     print(f'{prefix} {brief[:110]}', flush=True)
-            code = _Child.process.wait()
-            _Child.process = None
+            code = process.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
     if code:
@@ -190,8 +179,10 @@ def _run_one(run: Run, index: int, total: int, options: StudyOptions,
         done['trained'] = True
     for scale in pending:
         print(f'{prefix} evaluate at {scale:g}x', flush=True)
-        run_logged(_eval_command(run, checkpoint, scale, cfg, options),
-                   logs / f'{run.row.row_id}_s{run.seed}_eval_{scale:g}x.log', prefix)
+        command = _job('evaluate', config=run.row.train_config, checkpoint=str(checkpoint),
+                       work_dir=str(run.eval_dir(scale)),
+                       cfg_options=[*options.cfg_options, *scale_options(cfg, scale)])
+        run_logged(command, logs / f'{run.row.row_id}_s{run.seed}_eval_{scale:g}x.log', prefix)
         done['evaluated'].append(scale)
     return done
 
@@ -215,7 +206,6 @@ def _run_spectrum(run: Run, options: StudyOptions) -> None:
 def cost_files(options: StudyOptions) -> dict[str, Path]:
     costs = options.work_dir / 'costs'
     return dict(dir=costs, bench_csv=costs / 'bench' / 'models_cpu.csv',
-                bench_cuda_csv=costs / 'bench' / 'models_cuda.csv',
                 bench_done=costs / 'bench' / 'configs.json')
 
 

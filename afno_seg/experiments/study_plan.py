@@ -13,7 +13,7 @@ A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work 
 ``runs/<row>/seed<S>/eval_<scale>x`` (one ``tools/test.py`` work dir per evaluation scale).
 """
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mmengine.config import Config
@@ -23,7 +23,7 @@ from ..mixer_switch import parse_mixer_spec
 from ..mixers import mixer_variants
 
 __all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
-           'resize_step', 'scale_options', 'load_row_config']
+           'scale_options', 'load_row_config']
 
 _NAME_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
 
@@ -59,7 +59,6 @@ class Run:
     row: Row
     seed: int
     root: Path
-    logs: list = field(default_factory=list)
 
     @property
     def train_dir(self) -> Path:
@@ -92,6 +91,7 @@ def write_once(path: Path, text: str) -> None:
                   '(its runs were trained from it). Use a new --work-dir for the new definition.',
                   flush=True)
         return
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + '.tmp')
     temporary.write_text(text)
     temporary.replace(path)
@@ -130,14 +130,12 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
             else:
                 stage_mixers = parse_mixer_spec(spec, variants, num_stages)
                 row_id = stem + '__' + _NAME_RE.sub('_', spec).replace(':', '_')
-                config_dir.mkdir(parents=True, exist_ok=True)
                 path = config_dir / f'{row_id}.py'
                 write_once(path, derived_config_text(config, stage_mixers))
                 row = Row(row_id, config, str(path), spec, spec)
             if cost_config:
-                config_dir.mkdir(parents=True, exist_ok=True)
                 write_once(config_dir / f'cost_{row.row_id}.py',
-                                 derived_config_text(cost_config, [dict(m) for m in stage_mixers]))
+                           derived_config_text(cost_config, [dict(m) for m in stage_mixers]))
             rows.append(row)
     ids = [row.row_id for row in rows]
     if len(set(ids)) != len(ids):
@@ -158,20 +156,15 @@ def plan_runs(rows: list[Row], seeds: list[int], work_dir: Path) -> list[Run]:
             for row in rows for seed in seeds]
 
 
-def resize_step(cfg: Config) -> tuple[int, tuple[int, int]]:
-    """Index and ``scale`` of the ``Resize`` step of the test pipeline."""
-    pipeline = cfg.test_dataloader.dataset.pipeline
-    for index, step in enumerate(pipeline):
-        if step.get('type') == 'Resize' and 'scale' in step:
-            return index, tuple(step['scale'])
-    raise UserError('--eval-scales other than 1 need a Resize step with a scale in '
-                    'test_dataloader.dataset.pipeline of the config')
-
-
 def scale_options(cfg: Config, scale: float) -> list[str]:
-    """``--cfg-options`` that evaluate at ``scale`` times the config's test resolution."""
+    """``--cfg-options`` that evaluate at ``scale`` times the config's test resolution (the
+    ``scale`` of the test pipeline's ``Resize`` step)."""
     if scale == 1:
         return []
-    index, (width, height) = resize_step(cfg)
-    return [f'test_dataloader.dataset.pipeline.{index}.scale='
-            f'({round(width * scale)},{round(height * scale)})']
+    for index, step in enumerate(cfg.test_dataloader.dataset.pipeline):
+        if step.get('type') == 'Resize' and 'scale' in step:
+            width, height = step['scale']
+            return [f'test_dataloader.dataset.pipeline.{index}.scale='
+                    f'({round(width * scale)},{round(height * scale)})']
+    raise UserError('--eval-scales other than 1 need a Resize step with a scale in '
+                    'test_dataloader.dataset.pipeline of the config')
