@@ -107,8 +107,7 @@ def build_candidate(name: str, stage: Stage, grid: int, batch: int, device: str,
     ``compile_``: the module through ``torch.compile`` (named ``name+compile``)."""
     generator = torch.Generator().manual_seed(seed)
     hw, channels = (grid, grid), stage.channels
-    x = torch.randn(batch, grid * grid, channels, generator=generator).to(device)
-    x.requires_grad_(True)
+    x = torch.randn(batch, grid * grid, channels, generator=generator).to(device).requires_grad_()
     dtype = DTYPES[dtype_name]
     autocast = nullcontext() if dtype is None else torch.autocast(device_type=device, dtype=dtype)
     if name in mixer_names():
@@ -163,10 +162,9 @@ def run_sweep(args, rows: list[dict]) -> None:
             time_history = {n: [] for n in names}
             memory_history = {n: [] for n in names}
             for grid in args.grids:
-                tokens = grid * grid
                 candidates, base = [], dict(device=args.device, dtype=dtype_name,
                                             stage=stage.index, channels=stage.channels,
-                                            grid=grid, tokens=tokens, batch=args.batch)
+                                            grid=grid, tokens=grid * grid, batch=args.batch)
                 for name in names:
                     reason = skip_reason(name, stage, grid, args, time_history[name],
                                          memory_history[name])
@@ -222,9 +220,7 @@ def measure_point(candidates, base, args, time_history, memory_history) -> list[
         candidates = [c for c in candidates if c.name in times]
         print(f'  (interleaved run failed: {error_text(error)}; timed one by one)', flush=True)
     for candidate in candidates:
-        peak = held = float('nan')
-        if not args.no_memory:
-            peak, held = measure_memory(candidate, args.device)
+        peak, held = (math.nan,) * 2 if args.no_memory else measure_memory(candidate, args.device)
         seconds = times[candidate.name]
         median = statistics.median(seconds)
         time_history[candidate.name].append((base['tokens'], median))

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from .benchmarking import environment, fit_exponent, paired_ratio
+from .benchmarking import environment, fit_exponent, markdown_table, paired_ratio
 from .figures import pyplot, save_figure
 from .mixer_benchmark import COMPOSED, REFERENCE_NAMES, attention_names, spectral_names
 
@@ -81,6 +81,16 @@ def format_ratio(value) -> str:
     return f'{median:.2f} [{low:.2f}-{high:.2f}]'
 
 
+def _cell(row: dict | None) -> str:
+    """A point of the per-stage tables: ms [min-max] / peak MB (held MB), or why it has none."""
+    if row is None:
+        return ''
+    if row['status'] != 'ok':
+        return 'skip' if row['status'].startswith('skipped') else 'error'
+    return (f"{row['median_ms']:.1f} [{row['min_ms']:.1f}-{row['max_ms']:.1f}] / "
+            f"{row['peak_mb']:.0f} ({row['held_mb']:.0f})")
+
+
 def write_markdown(path, rows, ratios, exponents, args, started, load_before, load_after):
     names = args.names
     lines = [f'# Token-mixer benchmark: {args.device}, {" + ".join(args.dtypes)}', '',
@@ -95,45 +105,26 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
              'floor = fft + matmul (see `tools/analysis/benchmark_mixers.py`).', '']
     ratio_keys = list(dict.fromkeys(k for r in ratios for k in r if '/' in k))
     if ratio_keys:
-        lines += ['## Ratios at the B3 stage points', '',
-                  '| dtype | stage | C @ grid | ' + ' | '.join(ratio_keys) + ' |',
-                  '|---|---|---|' + '---|' * len(ratio_keys)]
-        for r in ratios:
-            lines.append(f"| {r['dtype']} | {r['stage']} | {r['channels']} @ {r['grid']}x"
-                         f"{r['grid']} | " + ' | '.join(format_ratio(r.get(k)) for k in ratio_keys)
-                         + ' |')
-        lines.append('')
-    lines += [f'## Scaling exponents p (time ~ tokens^p, grids {args.fit_range[0]}-'
-              f'{args.fit_range[1]}; where fewer than two of those ran, the grids fitted are '
-              'given)', '',
-              '| dtype | stage | ' + ' | '.join(names) + ' |', '|---|---|' + '---|' * len(names)]
-    for e in exponents:
-        cells = [f'{e[n][0]:.2f}' + ('' if e[n][1] == f'{args.fit_range[0]}-{args.fit_range[1]}'
-                                     else f' ({e[n][1]})') if n in e else '' for n in names]
-        lines.append(f"| {e['dtype']} | {e['stage']} ({e['channels']}) | " + ' | '.join(cells)
-                     + ' |')
-    lines.append('')
+        lines += ['## Ratios at the B3 stage points', '', *markdown_table(
+            ['dtype', 'stage', 'C @ grid', *ratio_keys],
+            ([r['dtype'], r['stage'], f"{r['channels']} @ {r['grid']}x{r['grid']}",
+              *(format_ratio(r.get(k)) for k in ratio_keys)] for r in ratios)), '']
+    fitted = f'{args.fit_range[0]}-{args.fit_range[1]}'
+    lines += [f'## Scaling exponents p (time ~ tokens^p, grids {fitted}; where fewer than two of '
+              'those ran, the grids fitted are given)', '', *markdown_table(
+                  ['dtype', 'stage', *names],
+                  ([e['dtype'], f"{e['stage']} ({e['channels']})",
+                    *(f'{e[n][0]:.2f}' + ('' if e[n][1] == fitted else f' ({e[n][1]})')
+                      if n in e else '' for n in names)] for e in exponents)), '']
     points = _by_point(rows)
     for dtype in args.dtypes:
         for stage in args.stage_list:
             lines += [f'## {dtype}, stage {stage.index}: {stage.channels} channels, '
                       f'{stage.heads} heads, ESA reduction {stage.sr_ratio}', '',
-                      'ms [min-max] / peak MB (held for backward MB)', '',
-                      '| grid | ' + ' | '.join(names) + ' |', '|---|' + '---|' * len(names)]
-            for grid in args.grids:
-                cells = []
-                for name in names:
-                    row = points.get((dtype, stage.index, grid, name))
-                    if row is None:
-                        cells.append('')
-                    elif row['status'] != 'ok':
-                        cells.append('skip' if row['status'].startswith('skipped') else 'error')
-                    else:
-                        cells.append(f"{row['median_ms']:.1f} [{row['min_ms']:.1f}-"
-                                     f"{row['max_ms']:.1f}] / {row['peak_mb']:.0f} "
-                                     f"({row['held_mb']:.0f})")
-                lines.append(f'| {grid}x{grid} | ' + ' | '.join(cells) + ' |')
-            lines.append('')
+                      'ms [min-max] / peak MB (held for backward MB)', '', *markdown_table(
+                          ['grid', *names],
+                          ([f'{grid}x{grid}', *(_cell(points.get((dtype, stage.index, grid, n)))
+                                                for n in names)] for grid in args.grids)), '']
     notes = sorted({(r['name'], r['status']) for r in rows if r['status'] != 'ok'})
     if notes:
         lines += ['## Not measured', ''] + [f'- {n}: {s}' for n, s in notes[:60]] + ['']

@@ -20,19 +20,12 @@ __all__ = ['effective_receptive_fields', 'erf_radius']
 def effective_receptive_fields(features: Callable[[Tensor], Sequence[Tensor]],
                                images: Iterable[Tensor], names: Sequence[str],
                                indices: Sequence[int]) -> dict[str, Tensor]:
-    """ERF maps of several outputs of ``features``, averaged over ``images``.
+    """ERF maps of the outputs ``indices`` of ``features``, averaged over ``images``.
 
-    Args:
-        features (Callable): ``features(x (1, 3, H, W)) -> sequence of (1, C_i, h_i, w_i)``,
-            e.g. a backbone's per-stage outputs. Run in the module's current mode (use eval).
-        images (Iterable[Tensor]): Inputs ``(1, 3, H, W)`` (already normalised); one backward
-            pass per output and image.
-        names (Sequence[str]): Name of each selected output (keys of the result).
-        indices (Sequence[int]): Which outputs of ``features`` (e.g. ``[0, -1]``: stage 1, last).
-
-    Returns:
-        dict[str, Tensor]: name -> ``(H, W)`` float64 map, mean over images of
-        ``sum_colour |d sum_c out[c, h_i // 2, w_i // 2] / d input|``.
+    ``features(x (1, 3, H, W))`` returns a sequence of ``(1, C_i, h_i, w_i)`` maps (e.g. a
+    backbone's stages, run in its current mode: use eval); ``images`` are normalised inputs
+    ``(1, 3, H, W)``. Returns ``names[i] -> (H, W)`` float64 map, the mean over images of
+    ``sum_colour |d sum_c out[c, h_i // 2, w_i // 2] / d input|``.
     """
     sums, count = dict.fromkeys(names, 0), 0
     for count, image in enumerate(images, 1):

@@ -1,18 +1,12 @@
 """The mixer study (the AFNO paper's Table 4 as one command): train, evaluate, cost, tabulate.
 
-For every row (:mod:`.study_plan`) and seed, :func:`run_study`
-
-1. trains (torchrun with ``gpus > 1``), resuming an interrupted run from its last checkpoint; a
-   run whose last checkpoint is the final iteration is not trained again;
-2. evaluates the final checkpoint at each evaluation scale; an evaluation whose metrics JSON
-   exists is skipped (that is what makes a run *finished*);
-3. optionally analyses the spectrum of the first seed's checkpoint (AFNO sparsity, figures);
-
-then counts each row's FLOPs once and writes the table (:mod:`.study_table`); the step-time
-benchmark of all rows (:func:`pending_benchmark`) is run by ``tools/analysis/mixer_study.py``.
-Each step runs in a process of its own by module name (:mod:`.study_jobs`), its output into
-``logs/`` in the work dir; progress lines (``[k/n] row seed: phase``, the training iterations)
-go to stdout.
+:func:`run_study` trains every run (:mod:`.study_plan`) not trained to its last iteration
+(resuming from its last checkpoint; torchrun with ``gpus > 1``), evaluates it at each scale whose
+metrics JSON is missing (the headline scale of every run first), optionally analyses the
+spectrum of each row's first seed, and counts each row's FLOPs. The step-time benchmark of all
+rows (:func:`pending_benchmark`) is run by ``tools/analysis/mixer_study.py``. Each step is a
+process of its own (:mod:`.study_jobs`) logging into ``logs/`` in the work dir; progress lines
+(``[k/n] row seed: phase``, the training iterations) go to stdout.
 """
 import json
 import shlex

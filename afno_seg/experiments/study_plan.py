@@ -4,10 +4,9 @@ A *row* of the study table is one model: a config as given, or a config whose ba
 replaced by a *mixer spec* (``--mixers``). A spec names variants of the mixer catalogue
 (:func:`afno_seg.mixers.mixer_variants`): ``gfn`` (every stage), ``afno+afno+esa+esa`` (one name
 per stage; the hybrid), optionally followed by ``:key=value`` settings applied to every stage's
-mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a small derived config
-written into the study's work dir (``configs/<row>.py``, inheriting the given config), so each
-run's exact model stays on disk next to its checkpoints and can be handed to ``tools/test.py`` or
-``tools/analysis/spectrum.py`` as it is.
+mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a config derived from the
+given one, written to ``configs/<row>.py`` in the work dir: each run's exact model stays on disk
+beside its checkpoints, ready for ``tools/test.py`` or ``tools/analysis/spectrum.py``.
 
 A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and
 ``runs/<row>/seed<S>/eval_<scale>x`` (one ``tools/test.py`` work dir per evaluation scale).
@@ -37,20 +36,11 @@ def mixer_label(mixers) -> str:
 
 @dataclass
 class Row:
-    """One model of the study table.
-
-    Attributes:
-        row_id (str): Directory name under ``runs/`` (unique in the study).
-        config (str): The config as given.
-        train_config (str): The config that is trained (``config`` or a derived one).
-        spec (str | None): The mixer spec, when the mixers were swapped.
-        label (str): Mixer label for the table.
-    """
-    row_id: str
-    config: str
-    train_config: str
-    spec: str | None
-    label: str
+    """One model of the study table."""
+    row_id: str  # its folder under runs/, unique in the study
+    config: str  # as given
+    train_config: str  # ``config`` or the one derived from it with the spec's mixers
+    label: str  # the mixers, for the table
 
 
 @dataclass
@@ -116,23 +106,20 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
     rows, variants = [], mixer_variants() if specs else {}
     config_dir = work_dir / 'configs'
     for config in configs:
-        if not Path(config).is_file():
-            raise UserError(f'config file not found: {config}')
-        stem = Path(config).stem
-        base_cfg = Config.fromfile(config)
+        stem, base_cfg = Path(config).stem, load_row_config(config)
         num_stages = base_cfg.model.backbone.get('num_stages', 4)
         for spec in (specs or [None]):
             if spec is None:
                 mixers = base_cfg.model.backbone.get('mixers') or dict(
                     type='EfficientSelfAttentionMixer')
-                row = Row(stem, config, config, None, mixer_label(mixers))
+                row = Row(stem, config, config, mixer_label(mixers))
                 stage_mixers = [mixers] * num_stages if isinstance(mixers, dict) else mixers
             else:
                 stage_mixers = parse_mixer_spec(spec, variants, num_stages)
                 row_id = stem + '__' + _NAME_RE.sub('_', spec).replace(':', '_')
                 path = config_dir / f'{row_id}.py'
                 write_once(path, derived_config_text(config, stage_mixers))
-                row = Row(row_id, config, str(path), spec, spec)
+                row = Row(row_id, config, str(path), spec)
             if cost_config:
                 write_once(config_dir / f'cost_{row.row_id}.py',
                            derived_config_text(cost_config, [dict(m) for m in stage_mixers]))

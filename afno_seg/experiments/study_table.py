@@ -140,7 +140,7 @@ def table_markdown(records: list[dict], options) -> str:
     head = ['mixer', 'config', 'params (M)', 'mixer GFLOPs', 'total GFLOPs',
             f'mIoU {scales[0]:g}x (mean ± std, n)'] + [f'mIoU {s:g}x' for s in scales[1:]] + [
             'AFNO sparsity', 'step / ESA', 'step memory / ESA', 'inference time / ESA']
-    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    rows = []
     for r in records:
         first = f'miou_{scales[0]:g}x'
         miou = (f"{_fmt(r[first], 2)} ± {_fmt(r[first + '_std'], 2)} ({r['n_runs']})"
@@ -151,8 +151,8 @@ def table_markdown(records: list[dict], options) -> str:
                   if r.get(f'miou_{s:g}x') == r.get(f'miou_{s:g}x') else '' for s in scales[1:]]
         cells += [_fmt(r.get('afno_sparsity'), 3), _fmt(r.get('step_vs_esa'), 2),
                   _fmt(r.get('memory_vs_esa'), 2), _fmt(r.get('inference_time_vs_esa'), 2)]
-        lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines) + '\n'
+        rows.append(cells)
+    return '\n'.join(benchmarking.markdown_table(head, rows)) + '\n'
 
 
 def write_csv(records: list[dict], path: Path) -> None:
