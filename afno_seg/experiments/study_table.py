@@ -84,9 +84,7 @@ def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
                     continue
                 mious.append(float(json.loads(path.read_text())['mIoU']))
                 classes.append(per_class_iou(path))
-            mean, std = _mean_std(mious)
-            record[f'miou_{scale:g}x'] = mean
-            record[f'miou_{scale:g}x_std'] = std
+            record[f'miou_{scale:g}x'], record[f'miou_{scale:g}x_std'] = _mean_std(mious)
             record[f'miou_{scale:g}x_runs'] = ';'.join(f'{v:.2f}' for v in mious)
             if scale == options.eval_scales[0]:
                 record['n_runs'] = len(mious)
@@ -101,16 +99,15 @@ def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
                           flops_shape='x'.join(map(str, result['image_hw'])))
         cost_name = Path(cost_config_of(row, options.work_dir, options.cost_config)).name
         measured = bench.get(cost_name, {})
-        record.update(train_s=_float(measured.get('train_s')),
-                      step_peak_mb=_float(measured.get('step_peak_mb')),
-                      infer_img_s=_float(measured.get('infer_img_s')),
+        record.update({key: _float(measured.get(key))
+                       for key in ('train_s', 'step_peak_mb', 'infer_img_s')},
                       bench_status=measured.get('status', ''))
-        spectrum = row_runs[0].root / 'spectrum' / 'spectrum.json' if row_runs else None
-        if spectrum is not None and spectrum.is_file():
-            afno = json.loads(spectrum.read_text()).get('afno')
+        for run in row_runs[:1]:  # the spectrum is analysed for a row's first seed
+            spectrum = run.root / 'spectrum' / 'spectrum.json'
+            afno = json.loads(spectrum.read_text()).get('afno') if spectrum.is_file() else None
             if afno:
-                record['afno_sparsity'] = afno['sparsity_mean']
-                record['afno_lambda'] = afno['thresholds'][0]
+                record.update(afno_sparsity=afno['sparsity_mean'],
+                              afno_lambda=afno['thresholds'][0])
         records.append(record)
     _add_ratios(records)
     return records
