@@ -68,7 +68,7 @@ def test_eval_scales_resize_the_test_pipeline():
 
 
 def test_train_command_resumes_only_from_a_checkpoint(tmp_path):
-    row = Row('r', DEMO, DEMO, None, 'AFNO')
+    row = Row('r', DEMO, DEMO, 'AFNO')
     run = Run(row, 3, tmp_path / 'r' / 'seed3')
     options = StudyOptions(tmp_path, cfg_options=['train_cfg.max_iters=5'])
     command = train_command(run, options)

@@ -1,10 +1,8 @@
-"""What both benchmark scripts share: timing candidates in interleaved rounds, memory of one
-call, paired ratios, scaling fits, the environment line, the threads and CPU memory mode.
+"""What ``tools/analysis/benchmark_mixers.py`` and ``benchmark_model.py`` share: candidates timed
+in interleaved rounds, memory of one call, paired ratios, scaling fits, the environment line.
 
-Used by ``tools/analysis/benchmark_mixers.py`` (through :mod:`.mixer_benchmark`) and
-``tools/analysis/benchmark_model.py``. Results are written as files with the command line; no
-speed target is asserted anywhere (machines are shared and noisy: ratios of candidates run side
-by side are what the reports give).
+No speed target is asserted anywhere (machines are shared and noisy): the reports give ratios of
+candidates run side by side, written with the command line.
 """
 import csv
 import math
@@ -19,9 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ['DTYPES', 'Candidate', 'autocast_factory', 'environment', 'error_text',
-           'fit_exponent', 'load_average', 'measure_memory', 'paired_ratio', 'predict',
-           'prepare_run', 'time_interleaved', 'write_csv']
+__all__ = ['DTYPES', 'Candidate', 'environment', 'error_text', 'fit_exponent', 'load_average',
+           'markdown_table', 'measure_memory', 'paired_ratio', 'predict', 'prepare_run',
+           'time_interleaved', 'write_csv']
 
 DTYPES = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
@@ -42,22 +40,11 @@ class Candidate:
         torch.autograd.grad(out, self.inputs, self.grad_out.to(out.dtype))
 
 
-def autocast_factory(device: str, dtype_name: str):
-    dtype = DTYPES[dtype_name]
-    if dtype is None:
-        return nullcontext
-    return lambda: torch.autocast(device_type=device, dtype=dtype)
-
-
-def _synchronizer(device: str) -> Callable[[], None]:
-    return torch.cuda.synchronize if device == 'cuda' else (lambda: None)
-
-
 def time_interleaved(candidates: list[Candidate], repeats: int, warmup: int,
                      device: str) -> dict[str, list[float]]:
     """Seconds per fwd+bwd call: ``warmup`` untimed rounds, then ``repeats`` timed rounds, each
     running every candidate once (order reversed every other round)."""
-    sync = _synchronizer(device)
+    sync = torch.cuda.synchronize if device == 'cuda' else (lambda: None)
     for _ in range(warmup):
         for candidate in candidates:
             candidate.step()
@@ -74,7 +61,8 @@ def time_interleaved(candidates: list[Candidate], repeats: int, warmup: int,
 
 
 def measure_memory(candidate: Candidate, device: str) -> tuple[float, float]:
-    """``(peak, held)`` bytes of one fwd+bwd call beyond what existed before it (see docstring)."""
+    """``(peak, held)`` bytes of one fwd+bwd call beyond what existed before it; held: what the
+    forward leaves for the backward (the method: ``tools/analysis/benchmark_mixers.py``)."""
     if device == 'cuda':
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
@@ -111,10 +99,8 @@ def fit_exponent(tokens: list[float], seconds: list[float]) -> float:
     """Least-squares slope of log(seconds) against log(tokens)."""
     if len(tokens) < 2:
         return float('nan')
-    xs, ys = [math.log(t) for t in tokens], [math.log(s) for s in seconds]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    return (sum((a - mean_x) * (b - mean_y) for a, b in zip(xs, ys))
-            / sum((a - mean_x) ** 2 for a in xs))
+    return statistics.linear_regression([math.log(t) for t in tokens],
+                                        [math.log(s) for s in seconds]).slope
 
 
 def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float, float]:
@@ -155,14 +141,21 @@ def environment(device: str) -> str:
     return f'{cpu} ({os.cpu_count()} logical CPUs), torch {torch.__version__}'
 
 
-def write_csv(path: str, rows: list[dict], fields: list[str]) -> None:
-    """``rows`` as CSV with columns ``fields`` (others dropped), floats to 4 significant digits."""
+def write_csv(path, rows: list[dict], fields: list[str], digits: int = 4) -> None:
+    """``rows`` as CSV with columns ``fields`` (others dropped), floats to ``digits`` significant
+    digits."""
     with open(path, 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: (f'{v:.4g}' if isinstance(v, float) else v)
+            writer.writerow({k: (f'{v:.{digits}g}' if isinstance(v, float) else v)
                              for k, v in row.items() if k in fields})
+
+
+def markdown_table(head: list[str], rows) -> list[str]:
+    """Lines of a Markdown table: the header ``head``, then one line per row of cells."""
+    return ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head),
+            *('| ' + ' | '.join(map(str, cells)) + ' |' for cells in rows)]
 
 
 def load_average() -> str:

@@ -1,25 +1,26 @@
 """Forward+backward time and peak memory of every token mixer at SegFormer-B3's stage widths.
 
 The machinery of ``tools/analysis/benchmark_mixers.py`` (its docstring has the method). The
-mixers are the catalogue's variants (:func:`afno_seg.mixers.mixer_catalogue`), and by name
-``NAME-composed``: the variant in its ``reference`` form (:mod:`afno_seg.mixers.forms`, the plain
-formula its fast form is tested against), built for each stage with
-:func:`~afno_seg.backbones.stage.build_mixer` and the stage's arguments (GFN's filter stored at the
-measured grid, as when training at that crop; ESA's reduction capped by the grid); next to them
-the reference workloads (the bare FFT round trip, matmuls, a copy).
+mixers are the catalogue's variants, and by name ``NAME-composed``: the variant in its
+``reference`` form (:mod:`afno_seg.mixers.forms`, the plain formula its fast form is tested
+against); each built with the stage's arguments (GFN's filter stored at the measured grid, as when
+training at that crop; ESA's reduction capped by the grid). Beside them the reference workloads:
+the bare FFT round trip, matmuls, a copy.
 """
 import math
 import statistics
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
 from ..backbones.stage import build_mixer, stage_arguments
 from ..mixers.catalogue import find_variant, mixer_catalogue
+from ..mixers.fast.transforms import irfft2_to_tokens, rfft2_of_tokens
 from ..mixers.forms import declared_forms, use_form
 from .benchmarking import (
+    DTYPES,
     Candidate,
-    autocast_factory,
     error_text,
     measure_memory,
     predict,
@@ -43,8 +44,6 @@ B3_STAGES = (Stage(1, 64, 1, 8, 256), Stage(2, 128, 2, 4, 128), Stage(3, 320, 5,
              Stage(4, 512, 8, 1, 32))
 AFNO_BLOCKS = 8  # the matmul references carry the multiply-adds of AFNO-100%'s block MLP
 REFERENCE_NAMES = ['fft', 'fft-torch', 'matmul', 'matmul-complex', 'copy']
-
-
 COMPOSED = '-composed'
 
 
@@ -75,11 +74,16 @@ def build_stage_mixer(name: str, stage: Stage, hw: tuple[int, int]) -> torch.nn.
     return build_mixer(entry.config, **args)
 
 
+def _meta_mixer(name: str, stage: Stage, grid: int) -> torch.nn.Module:
+    """The mixer on the meta device (nothing allocated): for its FLOPs and parameter count."""
+    with torch.device('meta'):
+        return build_stage_mixer(name, stage, (grid, grid))
+
+
 def flop_exponent(name: str, stage: Stage, grid: int) -> float:
     """Analytic growth of the mixer's FLOPs from ``grid`` to ``2 grid`` (4x the tokens), as a
     power of the tokens: about 1 for the Fourier mixers, 2 for full attention."""
-    with torch.device('meta'):
-        mixer = build_stage_mixer(name, stage, (grid, grid))
+    mixer = _meta_mixer(name, stage, grid)
     small, large = (sum(mixer.flops((n, n)).values()) for n in (grid, 2 * grid))
     return max(1.0, min(2.5, math.log(large / small) / math.log(4)))
 
@@ -90,16 +94,11 @@ class _BareRoundTrip(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, hw_shape):
         ctx.hw_shape = hw_shape
-        return _round_trip(x, hw_shape)
+        return irfft2_to_tokens(rfft2_of_tokens(x, hw_shape), hw_shape)
 
     @staticmethod
     def backward(ctx, grad):
-        return _round_trip(grad, ctx.hw_shape), None
-
-
-def _round_trip(x, hw_shape):
-    from afno_seg.mixers.fast.transforms import irfft2_to_tokens, rfft2_of_tokens
-    return irfft2_to_tokens(rfft2_of_tokens(x, hw_shape), hw_shape)
+        return _BareRoundTrip.forward(ctx, grad, ctx.hw_shape), None
 
 
 def build_candidate(name: str, stage: Stage, grid: int, batch: int, device: str, dtype_name: str,
@@ -108,22 +107,20 @@ def build_candidate(name: str, stage: Stage, grid: int, batch: int, device: str,
     ``compile_``: the module through ``torch.compile`` (named ``name+compile``)."""
     generator = torch.Generator().manual_seed(seed)
     hw, channels = (grid, grid), stage.channels
-    x = torch.randn(batch, grid * grid, channels, generator=generator).to(device)
-    x.requires_grad_(True)
-    autocast = autocast_factory(device, dtype_name)()
+    x = torch.randn(batch, grid * grid, channels, generator=generator).to(device).requires_grad_()
+    dtype = DTYPES[dtype_name]
+    autocast = nullcontext() if dtype is None else torch.autocast(device_type=device, dtype=dtype)
     if name in mixer_names():
         torch.manual_seed(seed)
         module = build_stage_mixer(name, stage, hw).to(device).train()
-        gflop = batch * sum(module.flops(hw).values()) / 1e9
         call = torch.compile(module) if compile_ else module
-        if name.endswith(COMPOSED):
-            def composed():
-                with use_form('reference'):
-                    return call(x, hw)
-            return Candidate(name, composed, [x, *module.parameters()], torch.randn_like(x),
-                             gflop, autocast)
-        return Candidate(name + ('+compile' if compile_ else ''), lambda: call(x, hw),
-                         [x, *module.parameters()], torch.randn_like(x), gflop, autocast)
+
+        def forward():
+            with use_form('reference') if name.endswith(COMPOSED) else nullcontext():
+                return call(x, hw)
+        return Candidate(name + ('+compile' if compile_ else ''), forward,
+                         [x, *module.parameters()], torch.randn_like(x),
+                         batch * sum(module.flops(hw).values()) / 1e9, autocast)
     if name == 'fft':
         return Candidate(name, lambda: _BareRoundTrip.apply(x, hw), [x], torch.randn_like(x),
                          autocast=autocast)
@@ -156,15 +153,6 @@ def build_candidate(name: str, stage: Stage, grid: int, batch: int, device: str,
                    f'{mixer_names() + REFERENCE_NAMES}')
 
 
-def parameter_bytes(name: str, stage: Stage, grid: int) -> int:
-    """Bytes of a mixer's fp32 parameters, counted on the meta device (nothing allocated)."""
-    if name not in mixer_names():
-        return 0
-    with torch.device('meta'):
-        module = build_stage_mixer(name, stage, (grid, grid))
-    return 4 * sum(p.numel() for p in module.parameters())
-
-
 def run_sweep(args, rows: list[dict]) -> None:
     """Measure every point, appending result rows to ``rows`` as they come. ``args``: the options
     of ``tools/analysis/benchmark_mixers.py`` (names, dtypes, stage_list, grids, batch, ...)."""
@@ -174,10 +162,9 @@ def run_sweep(args, rows: list[dict]) -> None:
             time_history = {n: [] for n in names}
             memory_history = {n: [] for n in names}
             for grid in args.grids:
-                tokens = grid * grid
                 candidates, base = [], dict(device=args.device, dtype=dtype_name,
                                             stage=stage.index, channels=stage.channels,
-                                            grid=grid, tokens=tokens, batch=args.batch)
+                                            grid=grid, tokens=grid * grid, batch=args.batch)
                 for name in names:
                     reason = skip_reason(name, stage, grid, args, time_history[name],
                                          memory_history[name])
@@ -200,8 +187,11 @@ def skip_reason(name, stage, grid, args, time_history, memory_history) -> str:
     """Why ``name`` is not run at this point ('' = run it). The stage's own B3 grid (1024 crop)
     gets 4x the time budget: the targets are measured there."""
     tokens, base_name = grid * grid, name.split('+')[0]
-    slope = flop_exponent(base_name, stage, grid) if base_name in mixer_names() else 1.2
-    param_mb = parameter_bytes(base_name, stage, grid) / 2**20
+    slope, param_mb = 1.2, 0.0  # a reference workload: no parameters, about linear
+    if base_name in mixer_names():
+        slope = flop_exponent(base_name, stage, grid)
+        parameters = sum(p.numel() for p in _meta_mixer(base_name, stage, grid).parameters())
+        param_mb = 4 * parameters / 2**20  # fp32
     if param_mb > args.max_param_mb:
         return f'{param_mb:.0f} MB of parameters > --max-param-mb {args.max_param_mb:g}'
     budget = args.max_call_s * (4 if grid == stage.grid_at_1024 else 1)
@@ -230,9 +220,7 @@ def measure_point(candidates, base, args, time_history, memory_history) -> list[
         candidates = [c for c in candidates if c.name in times]
         print(f'  (interleaved run failed: {error_text(error)}; timed one by one)', flush=True)
     for candidate in candidates:
-        peak = held = float('nan')
-        if not args.no_memory:
-            peak, held = measure_memory(candidate, args.device)
+        peak, held = (math.nan,) * 2 if args.no_memory else measure_memory(candidate, args.device)
         seconds = times[candidate.name]
         median = statistics.median(seconds)
         time_history[candidate.name].append((base['tokens'], median))

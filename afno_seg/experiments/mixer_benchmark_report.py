@@ -4,8 +4,9 @@ import math
 
 import torch
 
-from .benchmarking import environment, fit_exponent, paired_ratio
-from .mixer_benchmark import REFERENCE_NAMES, attention_names, spectral_names
+from .benchmarking import environment, fit_exponent, markdown_table, paired_ratio
+from .figures import pyplot, save_figure
+from .mixer_benchmark import COMPOSED, REFERENCE_NAMES, attention_names, spectral_names
 
 __all__ = ['FIELDS', 'exponent_rows', 'format_ratio', 'ratio_rows', 'write_markdown', 'write_plot']
 
@@ -13,44 +14,41 @@ FIELDS = ['device', 'dtype', 'stage', 'channels', 'grid', 'tokens', 'batch', 'na
           'median_ms', 'min_ms', 'max_ms', 'peak_mb', 'held_mb', 'gflop_fwd', 'times_ms']
 
 
-def _times(rows, dtype, stage, grid, name):
+def _by_point(rows: list[dict]) -> dict[tuple, dict]:
+    """``(dtype, stage, grid, name) -> row``: the first row of each point."""
+    points = {}
     for row in rows:
-        if (row['dtype'], row['stage'], row['grid'], row['name']) == (dtype, stage, grid, name) \
-                and row['status'] == 'ok':
-            return [float(t) for t in row['times_ms'].split(';')]
-    return None
+        points.setdefault((row['dtype'], row['stage'], row['grid'], row['name']), row)
+    return points
 
 
 def ratio_rows(rows: list[dict], stages, dtypes, grid_of) -> list[dict]:
     """Per dtype and stage (at ``grid_of(stage)``): the paired ratios the targets are about."""
-    out = []
+    points, out = _by_point(rows), []
+    spectral, attention = spectral_names(), attention_names()
+    pairs = ([(name, 'fft') for name in spectral + ['fft-torch']]
+             + [(name, 'afno') for name in attention + ['afno' + COMPOSED]]
+             + [(f'{name}+compile', name) for name in spectral + attention]  # against eager
+             + [(name, name.removesuffix(COMPOSED)) for name in spectral  # against the fast form
+                if name.endswith(COMPOSED) and name != 'afno' + COMPOSED])
     for dtype in dtypes:
         for stage in stages:
             grid = grid_of(stage)
-            get = lambda name: _times(rows, dtype, stage.index, grid, name)  # noqa: E731
+
+            def get(name):
+                row = points.get((dtype, stage.index, grid, name), {})
+                return [float(t) for t in row['times_ms'].split(';')] \
+                    if row.get('status') == 'ok' else None
             entry = dict(dtype=dtype, stage=stage.index, channels=stage.channels, grid=grid)
             fft, afno = get('fft'), get('afno')
             matmuls = [t for t in (get('matmul'), get('matmul-complex')) if t]
-            if fft and matmuls:
-                floor = [f + min(m) for f, *m in zip(fft, *matmuls)]
-                if afno:
-                    entry['afno/floor'] = paired_ratio(afno, floor)
-            for name in spectral_names():
-                if fft and get(name):
-                    entry[f'{name}/fft'] = paired_ratio(get(name), fft)
-            if get('fft-torch') and fft:
-                entry['fft-torch/fft'] = paired_ratio(get('fft-torch'), fft)
-            for name in attention_names() + ['afno-composed']:
-                if afno and get(name):
-                    entry[f'{name}/afno'] = paired_ratio(get(name), afno)
-            for name in spectral_names() + attention_names():  # compiled against eager
-                if get(name) and get(f'{name}+compile'):
-                    entry[f'{name}+compile/{name}'] = paired_ratio(get(f'{name}+compile'),
-                                                                   get(name))
-            for name in spectral_names():  # a composed reference against its fused mixer
-                base = name[:-len('-composed')]
-                if name.endswith('-composed') and base != 'afno' and get(name) and get(base):
-                    entry[f'{name}/{base}'] = paired_ratio(get(name), get(base))
+            if fft and matmuls and afno:
+                entry['afno/floor'] = paired_ratio(afno, [f + min(m)
+                                                          for f, *m in zip(fft, *matmuls)])
+            for numerator, denominator in pairs:
+                if get(numerator) and get(denominator):
+                    entry[f'{numerator}/{denominator}'] = paired_ratio(get(numerator),
+                                                                       get(denominator))
             out.append(entry)
     return out
 
@@ -83,6 +81,16 @@ def format_ratio(value) -> str:
     return f'{median:.2f} [{low:.2f}-{high:.2f}]'
 
 
+def _cell(row: dict | None) -> str:
+    """A point of the per-stage tables: ms [min-max] / peak MB (held MB), or why it has none."""
+    if row is None:
+        return ''
+    if row['status'] != 'ok':
+        return 'skip' if row['status'].startswith('skipped') else 'error'
+    return (f"{row['median_ms']:.1f} [{row['min_ms']:.1f}-{row['max_ms']:.1f}] / "
+            f"{row['peak_mb']:.0f} ({row['held_mb']:.0f})")
+
+
 def write_markdown(path, rows, ratios, exponents, args, started, load_before, load_after):
     names = args.names
     lines = [f'# Token-mixer benchmark: {args.device}, {" + ".join(args.dtypes)}', '',
@@ -97,45 +105,26 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
              'floor = fft + matmul (see `tools/analysis/benchmark_mixers.py`).', '']
     ratio_keys = list(dict.fromkeys(k for r in ratios for k in r if '/' in k))
     if ratio_keys:
-        lines += ['## Ratios at the B3 stage points', '',
-                  '| dtype | stage | C @ grid | ' + ' | '.join(ratio_keys) + ' |',
-                  '|---|---|---|' + '---|' * len(ratio_keys)]
-        for r in ratios:
-            lines.append(f"| {r['dtype']} | {r['stage']} | {r['channels']} @ {r['grid']}x"
-                         f"{r['grid']} | " + ' | '.join(format_ratio(r.get(k)) for k in ratio_keys)
-                         + ' |')
-        lines.append('')
-    lines += [f'## Scaling exponents p (time ~ tokens^p, grids {args.fit_range[0]}-'
-              f'{args.fit_range[1]}; where fewer than two of those ran, the grids fitted are '
-              'given)', '',
-              '| dtype | stage | ' + ' | '.join(names) + ' |', '|---|---|' + '---|' * len(names)]
-    for e in exponents:
-        cells = [f'{e[n][0]:.2f}' + ('' if e[n][1] == f'{args.fit_range[0]}-{args.fit_range[1]}'
-                                     else f' ({e[n][1]})') if n in e else '' for n in names]
-        lines.append(f"| {e['dtype']} | {e['stage']} ({e['channels']}) | " + ' | '.join(cells)
-                     + ' |')
-    lines.append('')
+        lines += ['## Ratios at the B3 stage points', '', *markdown_table(
+            ['dtype', 'stage', 'C @ grid', *ratio_keys],
+            ([r['dtype'], r['stage'], f"{r['channels']} @ {r['grid']}x{r['grid']}",
+              *(format_ratio(r.get(k)) for k in ratio_keys)] for r in ratios)), '']
+    fitted = f'{args.fit_range[0]}-{args.fit_range[1]}'
+    lines += [f'## Scaling exponents p (time ~ tokens^p, grids {fitted}; where fewer than two of '
+              'those ran, the grids fitted are given)', '', *markdown_table(
+                  ['dtype', 'stage', *names],
+                  ([e['dtype'], f"{e['stage']} ({e['channels']})",
+                    *(f'{e[n][0]:.2f}' + ('' if e[n][1] == fitted else f' ({e[n][1]})')
+                      if n in e else '' for n in names)] for e in exponents)), '']
+    points = _by_point(rows)
     for dtype in args.dtypes:
         for stage in args.stage_list:
             lines += [f'## {dtype}, stage {stage.index}: {stage.channels} channels, '
                       f'{stage.heads} heads, ESA reduction {stage.sr_ratio}', '',
-                      'ms [min-max] / peak MB (held for backward MB)', '',
-                      '| grid | ' + ' | '.join(names) + ' |', '|---|' + '---|' * len(names)]
-            for grid in args.grids:
-                cells = []
-                for name in names:
-                    row = next((r for r in rows if (r['dtype'], r['stage'], r['grid'], r['name'])
-                                == (dtype, stage.index, grid, name)), None)
-                    if row is None:
-                        cells.append('')
-                    elif row['status'] != 'ok':
-                        cells.append('skip' if row['status'].startswith('skipped') else 'error')
-                    else:
-                        cells.append(f"{row['median_ms']:.1f} [{row['min_ms']:.1f}-"
-                                     f"{row['max_ms']:.1f}] / {row['peak_mb']:.0f} "
-                                     f"({row['held_mb']:.0f})")
-                lines.append(f'| {grid}x{grid} | ' + ' | '.join(cells) + ' |')
-            lines.append('')
+                      'ms [min-max] / peak MB (held for backward MB)', '', *markdown_table(
+                          ['grid', *names],
+                          ([f'{grid}x{grid}', *(_cell(points.get((dtype, stage.index, grid, n)))
+                                                for n in names)] for grid in args.grids)), '']
     notes = sorted({(r['name'], r['status']) for r in rows if r['status'] != 'ok'})
     if notes:
         lines += ['## Not measured', ''] + [f'- {n}: {s}' for n, s in notes[:60]] + ['']
@@ -144,9 +133,7 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
 
 
 def write_plot(path_prefix, rows, args) -> list[str]:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     written = []
     names = args.names
     for dtype in args.dtypes:
@@ -178,9 +165,6 @@ def write_plot(path_prefix, rows, args) -> list[str]:
                     axis.set_ylabel(label, fontsize=8)
         axes[0][0].legend(fontsize=7, ncol=2)
         fig.suptitle(f'Token mixers, {args.device} {dtype}, batch {args.batch}', fontsize=10)
-        fig.tight_layout()
-        path = f'{path_prefix}_{dtype}.png'
-        fig.savefig(path, dpi=60)
-        plt.close(fig)
-        written.append(path)
+        written.append(f'{path_prefix}_{dtype}.png')
+        save_figure(fig, written[-1], dpi=60)
     return written

@@ -14,61 +14,44 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ['effective_receptive_fields', 'erf_radius', 'output_centre']
-
-
-def output_centre(feature: Tensor) -> tuple[int, int]:
-    """Centre position ``(h // 2, w // 2)`` of a ``(B, C, h, w)`` feature map."""
-    return feature.shape[-2] // 2, feature.shape[-1] // 2
+__all__ = ['effective_receptive_fields', 'erf_radius']
 
 
 def effective_receptive_fields(features: Callable[[Tensor], Sequence[Tensor]],
                                images: Iterable[Tensor], names: Sequence[str],
                                indices: Sequence[int]) -> dict[str, Tensor]:
-    """ERF maps of several outputs of ``features``, averaged over ``images``.
+    """ERF maps of the outputs ``indices`` of ``features``, averaged over ``images``.
 
-    Args:
-        features (Callable): ``features(x (1, 3, H, W)) -> sequence of (1, C_i, h_i, w_i)``,
-            e.g. a backbone's per-stage outputs. Run in the module's current mode (use eval).
-        images (Iterable[Tensor]): Inputs ``(1, 3, H, W)`` (already normalised); one backward
-            pass per output and image.
-        names (Sequence[str]): Name of each selected output (keys of the result).
-        indices (Sequence[int]): Which outputs of ``features`` (e.g. ``[0, -1]``: stage 1, last).
-
-    Returns:
-        dict[str, Tensor]: name -> ``(H, W)`` float64 map, mean over images of
-        ``sum_colour |d sum_c out[c, h_i // 2, w_i // 2] / d input|``.
+    ``features(x (1, 3, H, W))`` returns a sequence of ``(1, C_i, h_i, w_i)`` maps (e.g. a
+    backbone's stages, run in its current mode: use eval); ``images`` are normalised inputs
+    ``(1, 3, H, W)``. Returns ``names[i] -> (H, W)`` float64 map, the mean over images of
+    ``sum_colour |d sum_c out[c, h_i // 2, w_i // 2] / d input|``.
     """
-    sums, count = {name: None for name in names}, 0
-    for image in images:
+    sums, count = dict.fromkeys(names, 0), 0
+    for count, image in enumerate(images, 1):
         x = image.detach().clone().requires_grad_(True)
         outputs = features(x)
         selected = [outputs[i] for i in indices]
         for position, (name, out) in enumerate(zip(names, selected)):
-            row, col = output_centre(out)
-            unit = out[:, :, row, col].sum()
+            unit = out[:, :, out.shape[-2] // 2, out.shape[-1] // 2].sum()
             (grad, ) = torch.autograd.grad(unit, x, retain_graph=position < len(selected) - 1)
             erf = grad.abs().sum(dim=(0, 1)).double()
-            sums[name] = erf if sums[name] is None else sums[name] + erf
-        count += 1
+            sums[name] = sums[name] + erf
     if not count:
         raise ValueError('effective_receptive_fields needs at least one image')
     return {name: total / count for name, total in sums.items()}
 
 
-def erf_radius(erf: Tensor, fraction: float, centre: tuple[float, float] | None = None) -> float:
-    """Radius (input pixels) of the disc around ``centre`` holding ``fraction`` of the ERF mass.
-
-    ``centre`` defaults to the mass-weighted centre of the map.
-    """
+def erf_radius(erf: Tensor, fraction: float) -> float:
+    """Radius (input pixels) of the disc around the ERF's mass-weighted centre that holds
+    ``fraction`` of its mass."""
     height, width = erf.shape
     total = float(erf.sum())
     if total <= 0:
         return math.nan
     rows = torch.arange(height, dtype=erf.dtype).view(-1, 1)
     cols = torch.arange(width, dtype=erf.dtype).view(1, -1)
-    if centre is None:
-        centre = (float((erf * rows).sum()) / total, float((erf * cols).sum()) / total)
+    centre = (float((erf * rows).sum()) / total, float((erf * cols).sum()) / total)
     distance = ((rows - centre[0]) ** 2 + (cols - centre[1]) ** 2).sqrt().flatten()
     order = torch.argsort(distance)
     cumulative = torch.cumsum(erf.flatten()[order], 0) / total

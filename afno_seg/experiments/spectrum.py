@@ -33,17 +33,13 @@ from ..mixers.fast.transforms import hermitian_column_weight, spectrum_to_grid, 
 from ..mixers.gfn import GlobalFilterMixer
 from ..mixers.spectral import SpectralBand, grid_to_tokens, signed_frequencies, tokens_to_grid
 
-__all__ = ['MixerProbe', 'afno_shrink_stats', 'band_edges', 'gfn_filters', 'mixer_layers',
-           'radial_band_index', 'radial_energy']
-
-
-def band_edges(num_bands: int) -> list[float]:
-    """Edges of the radial bands in cycles per token: ``num_bands`` equal bands on [0, 0.5]."""
-    return [0.5 * i / num_bands for i in range(num_bands + 1)]
+__all__ = ['MixerProbe', 'afno_shrink_stats', 'gfn_filters', 'mixer_layers', 'radial_band_index',
+           'radial_energy']
 
 
 def radial_band_index(hw_shape: tuple[int, int], num_bands: int) -> Tensor:
-    """Band of each mode of an ``rfft2`` half spectrum ``(H, W // 2 + 1)`` (long tensor)."""
+    """Band of each mode of an ``rfft2`` half spectrum ``(H, W // 2 + 1)`` (long tensor): the
+    bands split [0, 0.5] cycles per token equally."""
     height, width = hw_shape
     rows = signed_frequencies(height).double().view(-1, 1) / height
     cols = torch.arange(width // 2 + 1, dtype=torch.float64).view(1, -1) / width
@@ -78,20 +74,11 @@ def radial_energy(tokens: Tensor, hw_shape: tuple[int, int], num_bands: int) -> 
 
 def afno_shrink_stats(mixer: AFNOMixer, x: Tensor, hw_shape: tuple[int, int], num_bands: int,
                       output: Tensor | None = None) -> dict:
-    """Zeroed coefficients and energy kept by an AFNO mixer's soft-shrink on input ``x``.
-
-    Args:
-        mixer (AFNOMixer): The mixer.
-        x (Tensor): Its input tokens ``(B, H*W, C)``.
-        hw_shape (tuple[int, int]): The token grid.
-        num_bands (int): Radial bands (:func:`radial_band_index`).
-        output (Tensor, optional): The mixer's output on ``x``; when given, the re-run must
-            reproduce it (``x + irfft2(shrunk modes)``), else a RuntimeError is raised.
-
-    Returns:
-        dict: ``zeros``, ``total`` (counts over the computed modes), per band ``band_zeros``,
-        ``band_total``, ``band_energy_pre``, ``band_energy_post`` (lists of floats).
-    """
+    """Zeroed coefficients and energy kept by an AFNO mixer's soft-shrink on tokens ``x``
+    ``(B, H*W, C)``: ``zeros``, ``total`` (counts over the computed modes) and per radial band
+    ``band_zeros``, ``band_total``, ``band_energy_pre``, ``band_energy_post`` (lists of floats).
+    ``output``, the mixer's output on ``x``: when given, the re-run must reproduce it, else a
+    RuntimeError is raised."""
     hw_shape = tuple(hw_shape)
     with torch.no_grad():
         x32 = x.detach().float()
@@ -154,8 +141,8 @@ class MixerProbe:
                  check_afno: bool = True) -> None:
         self.layers = mixer_layers(model)
         self.num_bands, self.check_afno = num_bands, check_afno
-        self.sums = defaultdict(lambda: defaultdict(lambda: 0.0))
-        self.calls, self.grids, self.handles = defaultdict(int), {}, []
+        self.sums = defaultdict(lambda: defaultdict(lambda: 0.0))  # per mixer, calls included
+        self.grids, self.handles = {}, []
 
     def __enter__(self) -> 'MixerProbe':
         for name, _, _, mixer in self.layers:
@@ -172,16 +159,14 @@ class MixerProbe:
             x = args[0]
             hw_shape = tuple(int(v) for v in (args[1] if len(args) > 1 else kwargs['hw_shape']))
             sums = self.sums[name]
-            sums['energy_in'] = sums['energy_in'] + radial_energy(x.detach(), hw_shape,
-                                                                  self.num_bands)
-            sums['energy_out'] = sums['energy_out'] + radial_energy(output.detach(), hw_shape,
-                                                                    self.num_bands)
+            sums['energy_in'] += radial_energy(x.detach(), hw_shape, self.num_bands)
+            sums['energy_out'] += radial_energy(output.detach(), hw_shape, self.num_bands)
             if isinstance(module, AFNOMixer):
                 stats = afno_shrink_stats(module, x, hw_shape, self.num_bands,
                                           output if self.check_afno else None)
                 for key, value in stats.items():
-                    sums[key] = sums[key] + torch.as_tensor(value, dtype=torch.float64)
-            self.calls[name] += 1
+                    sums[key] += torch.as_tensor(value, dtype=torch.float64)
+            sums['calls'] += 1
             self.grids[name] = hw_shape
         return hook
 
@@ -190,34 +175,30 @@ class MixerProbe:
         kept; plus the AFNO summary (mean sparsity, per stage)."""
         layers, afno = [], []
         for name, stage, layer, mixer in self.layers:
-            calls = self.calls.get(name, 0)
-            if not calls:
+            if name not in self.sums:
                 continue
             sums = self.sums[name]
-            entry = dict(name=name, stage=stage, layer=layer, type=type(mixer).__name__,
-                         grid=list(self.grids[name]),
-                         energy_in=(sums['energy_in'] / calls).tolist(),
-                         energy_out=(sums['energy_out'] / calls).tolist())
-            layers.append(entry)
+            layers.append(dict(name=name, stage=stage, layer=layer, type=type(mixer).__name__,
+                               grid=list(self.grids[name]),
+                               energy_in=(sums['energy_in'] / sums['calls']).tolist(),
+                               energy_out=(sums['energy_out'] / sums['calls']).tolist()))
             if isinstance(mixer, AFNOMixer):
-                kept = _ratio(sums['band_energy_post'], sums['band_energy_pre'])
                 afno.append(dict(
                     name=name, stage=stage, layer=layer, threshold=mixer.sparsity_threshold,
                     sparsity=float(sums['zeros'] / sums['total']),
                     band_sparsity=_ratio(sums['band_zeros'], sums['band_total']),
-                    band_energy_kept=kept,
+                    band_energy_kept=_ratio(sums['band_energy_post'], sums['band_energy_pre']),
                     energy_kept=float(sums['band_energy_post'].sum() /
                                       sums['band_energy_pre'].sum())))
-        summary = None
-        if afno:
-            per_stage = defaultdict(list)
-            for entry in afno:
-                per_stage[entry['stage']].append(entry['sparsity'])
-            summary = dict(
-                layers=afno, thresholds=sorted({e['threshold'] for e in afno}),
-                sparsity_mean=sum(e['sparsity'] for e in afno) / len(afno),
-                sparsity_per_stage={str(k): sum(v) / len(v) for k, v in sorted(per_stage.items())})
-        return dict(num_bands=self.num_bands, band_edges=band_edges(self.num_bands),
+        per_stage = defaultdict(list)
+        for entry in afno:
+            per_stage[entry['stage']].append(entry['sparsity'])
+        summary = None if not afno else dict(
+            layers=afno, thresholds=sorted({e['threshold'] for e in afno}),
+            sparsity_mean=sum(e['sparsity'] for e in afno) / len(afno),
+            sparsity_per_stage={str(k): sum(v) / len(v) for k, v in sorted(per_stage.items())})
+        return dict(num_bands=self.num_bands,
+                    band_edges=[0.5 * i / self.num_bands for i in range(self.num_bands + 1)],
                     layers=layers, afno=summary)
 
 
@@ -244,12 +225,9 @@ def gfn_filters(model: torch.nn.Module, resample_factor: float = 2.0,
             stored = mixer.filter_at(base).abs().float()
             resampled = mixer.filter_at(other).abs().float()
         bands = radial_band_index(base, num_bands)
-        mean = stored.mean(-1).double()
-        totals = torch.zeros(num_bands, dtype=torch.float64).index_add_(0, bands.flatten(),
-                                                                        mean.flatten())
-        counts = torch.zeros(num_bands, dtype=torch.float64).index_add_(
-            0, bands.flatten(), torch.ones(bands.numel(), dtype=torch.float64))
+        ones = torch.ones(bands.shape, dtype=torch.float64)
         out.append(dict(name=name, stage=stage, layer=layer, base_grid=list(base),
                         resampled_grid=list(other), stored=stored, resampled=resampled,
-                        radial_mean=_ratio(totals, counts)))
+                        radial_mean=_ratio(_band_sums(stored.mean(-1), bands, ones, num_bands),
+                                           _band_sums(ones, bands, ones, num_bands))))
     return out

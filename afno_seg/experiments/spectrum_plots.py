@@ -4,14 +4,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .figures import pyplot, save_figure
+
 __all__ = ['plot_run', 'plot_compare']
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _array(values) -> np.ndarray:
@@ -34,10 +29,9 @@ def _erf_image(erf: np.ndarray) -> np.ndarray:
     return np.sqrt(erf / peak) if peak > 0 else erf
 
 
-def radial_spectra(results: dict, path: Path, title: str) -> None:
-    plt = _plt()
+def radial_spectra(results: dict, arrays: dict, path: Path, title: str) -> None:
     stages, x = _stages(results), _centres(results)
-    fig, axes = plt.subplots(1, len(stages), figsize=(3.4 * len(stages), 3.2), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(stages), figsize=(3.4 * len(stages), 3.2), squeeze=False)
     for ax, stage in zip(axes[0], stages):
         for i, entry in enumerate(e for e in results['layers'] if e['stage'] == stage):
             ax.semilogy(x, _array(entry['energy_out']), '-o', ms=2, color=f'C{i}', lw=1.4,
@@ -50,16 +44,13 @@ def radial_spectra(results: dict, path: Path, title: str) -> None:
     axes[0][0].set_ylabel('power per mode (black dashed: in; colour: out)')
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
-def afno_sparsity(results: dict, path: Path, title: str) -> None:
-    plt = _plt()
+def afno_sparsity(results: dict, arrays: dict, path: Path, title: str) -> None:
     afno = results['afno']
     x = _centres(results)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 3.6))
     labels = [f"s{e['stage']}.{e['layer']}" for e in afno['layers']]
     left.bar(labels, [100 * e['sparsity'] for e in afno['layers']],
              color=[f"C{e['stage'] - 1}" for e in afno['layers']])
@@ -82,17 +73,14 @@ def afno_sparsity(results: dict, path: Path, title: str) -> None:
     right.legend(fontsize=6, ncol=2)
     right.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def gfn_filter_images(results: dict, arrays: dict, path: Path, title: str) -> None:
-    plt = _plt()
     firsts = {}
     for entry in results['gfn']:
         firsts.setdefault(entry['stage'], entry)
-    fig, axes = plt.subplots(len(firsts), 5, figsize=(13, 2.4 * len(firsts)), squeeze=False)
+    fig, axes = pyplot().subplots(len(firsts), 5, figsize=(13, 2.4 * len(firsts)), squeeze=False)
     for row, (stage, entry) in zip(axes, sorted(firsts.items())):
         stored = arrays[f"gfn_stored_{entry['name']}"]
         resampled = arrays[f"gfn_resampled_{entry['name']}"]
@@ -109,9 +97,7 @@ def gfn_filter_images(results: dict, arrays: dict, path: Path, title: str) -> No
             ax.tick_params(labelsize=6)
         row[0].set_ylabel('f_h (cycles/token)', fontsize=7)
     fig.suptitle(title + ' (first layer of each stage)', fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def erf_panels(axes, arrays: dict, results: dict, label: str) -> None:
@@ -124,36 +110,29 @@ def erf_panels(axes, arrays: dict, results: dict, label: str) -> None:
         ax.set_yticks([])
 
 
+def erf_figure(results: dict, arrays: dict, path: Path, title: str) -> None:
+    fig, axes = pyplot().subplots(1, 2, figsize=(8, 3))
+    erf_panels(axes, arrays, results, title)
+    save_figure(fig, path)
+
+
 def plot_run(results: dict, arrays: dict, out_dir: Path, title: str) -> list[Path]:
     """The figures of one run: spectra, AFNO sparsity, GFN filters, ERF (those that apply)."""
     written = []
-    path = out_dir / 'radial_spectra.png'
-    radial_spectra(results, path, title)
-    written.append(path)
-    if results.get('afno'):
-        path = out_dir / 'afno_sparsity.png'
-        afno_sparsity(results, path, title)
-        written.append(path)
-    if results.get('gfn'):
-        path = out_dir / 'gfn_filters.png'
-        gfn_filter_images(results, arrays, path, title)
-        written.append(path)
-    if results.get('erf'):
-        plt = _plt()
-        fig, axes = plt.subplots(1, 2, figsize=(8, 3))
-        erf_panels(axes, arrays, results, title)
-        fig.tight_layout()
-        path = out_dir / 'erf.png'
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+    for name, key, draw in (('radial_spectra.png', 'layers', radial_spectra),
+                            ('afno_sparsity.png', 'afno', afno_sparsity),
+                            ('gfn_filters.png', 'gfn', gfn_filter_images),
+                            ('erf.png', 'erf', erf_figure)):
+        if results.get(key):
+            written.append(out_dir / name)
+            draw(results, arrays, written[-1], title)
     return written
 
 
 def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path]:
     """Side by side over runs ``(label, results, arrays)``: ERF heat maps, spectral gain
     (energy out / in per band, mean over each stage's layers) and AFNO sparsity per layer."""
-    plt = _plt()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with_erf = [run for run in runs if run[1].get('erf')]
@@ -164,10 +143,8 @@ def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path
             erf_panels(axes[:, column], arrays, results, label)
         fig.suptitle('effective receptive field, sqrt(|d out(centre)/d in| / peak); top: stage '
                      '1, bottom: whole backbone', fontsize=9)
-        fig.tight_layout()
         written.append(out_dir / 'erf_compare.png')
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        save_figure(fig, written[-1])
     stages = sorted({s for _, results, _ in runs for s in _stages(results)})
     fig, axes = plt.subplots(1, len(stages), figsize=(3.4 * len(stages), 3.4), squeeze=False)
     for ax, stage in zip(axes[0], stages):
@@ -186,10 +163,8 @@ def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel('mixer output / input power')
     axes[0][-1].legend(fontsize=6)
-    fig.tight_layout()
     written.append(out_dir / 'spectral_gain_compare.png')
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    save_figure(fig, written[-1])
     with_afno = [run for run in runs if run[1].get('afno')]
     if with_afno:
         fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -204,8 +179,6 @@ def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path
         ax.set_ylim(0, 100)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
         written.append(out_dir / 'afno_sparsity_compare.png')
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        save_figure(fig, written[-1])
     return written

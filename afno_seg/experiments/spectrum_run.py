@@ -27,10 +27,8 @@ def load_model(config: str, checkpoint: str, cfg_options: dict | None = None):
 def default_images(cfg, count: int) -> list[str]:
     """The first ``count`` images of the config's test split."""
     from mmseg.registry import DATASETS
-    dataset_cfg = dict(cfg.test_dataloader.dataset)
-    dataset_cfg['pipeline'] = []
     try:
-        dataset = DATASETS.build(dataset_cfg)
+        dataset = DATASETS.build(dict(cfg.test_dataloader.dataset, pipeline=[]))
     except (FileNotFoundError, OSError) as error:
         raise UserError(f'cannot list the test images of the config ({error}); give IMAGES or '
                         'fix test_dataloader.dataset.data_root') from None
@@ -44,13 +42,13 @@ def load_images(model, cfg, paths: list[str], size: tuple[int, int] | None = Non
     """``(1, 3, H, W)`` model inputs: each image resized as the test pipeline (or to ``size``
     ``(H, W)``) and normalised by the model's data preprocessor."""
     from mmcv.transforms import Compose
-    resize = next((dict(step) for step in cfg.test_dataloader.dataset.pipeline
-                   if step.get('type') == 'Resize'), None)
     if size is not None:
         resize = dict(type='Resize', scale=(size[1], size[0]), keep_ratio=False)
-    steps = [dict(type='LoadImageFromFile')] + ([resize] if resize else []) + \
-        [dict(type='PackSegInputs')]
-    pipeline = Compose(steps)
+    else:
+        resize = next((dict(step) for step in cfg.test_dataloader.dataset.pipeline
+                       if step.get('type') == 'Resize'), None)
+    pipeline = Compose([dict(type='LoadImageFromFile'), *([resize] if resize else []),
+                        dict(type='PackSegInputs')])
     inputs = []
     for path in paths:
         if not Path(path).is_file():
@@ -70,16 +68,13 @@ def analyze_model(model, images: list, num_bands: int = 16, resample_factor: flo
         for image in images:
             model.backbone(image)
     results = probe.results()
-    arrays = {}
     filters = gfn_filters(model, resample_factor, num_bands)
     results['gfn'] = [{k: v for k, v in f.items() if k not in ('stored', 'resampled')}
                       for f in filters] or None
-    for entry in filters:
-        arrays[f"gfn_stored_{entry['name']}"] = entry['stored'].numpy()
-        arrays[f"gfn_resampled_{entry['name']}"] = entry['resampled'].numpy()
+    arrays = {f"gfn_{kind}_{f['name']}": f[kind].numpy()
+              for f in filters for kind in ('stored', 'resampled')}
     if erf:
-        maps = effective_receptive_fields(lambda x: model.backbone(x), images,
-                                          ['stage1', 'backbone'], [0, -1])
+        maps = effective_receptive_fields(model.backbone, images, ['stage1', 'backbone'], [0, -1])
         results['erf'] = {name: dict(r50=erf_radius(m, 0.5), r90=erf_radius(m, 0.9),
                                      peak=float(m.max()), total=float(m.sum()))
                           for name, m in maps.items()}

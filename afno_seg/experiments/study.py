@@ -1,18 +1,12 @@
 """The mixer study (the AFNO paper's Table 4 as one command): train, evaluate, cost, tabulate.
 
-For every row (:mod:`.study_plan`) and seed, :func:`run_study`
-
-1. trains (torchrun with ``gpus > 1``), resuming an interrupted run from its last checkpoint; a
-   run whose last checkpoint is the final iteration is not trained again;
-2. evaluates the final checkpoint at each evaluation scale; an evaluation whose metrics JSON
-   exists is skipped (that is what makes a run *finished*);
-3. optionally analyses the spectrum of the first seed's checkpoint (AFNO sparsity, figures);
-
-then counts each row's FLOPs once and writes the table (:mod:`.study_table`); the step-time
-benchmark of all rows (:func:`pending_benchmark`) is run by ``tools/analysis/mixer_study.py``.
-Each step runs in a process of its own by module name (:mod:`.study_jobs`), its output into
-``logs/`` in the work dir; progress lines (``[k/n] row seed: phase``, the training iterations)
-go to stdout.
+:func:`run_study` trains every run (:mod:`.study_plan`) not trained to its last iteration
+(resuming from its last checkpoint; torchrun with ``gpus > 1``), evaluates it at each scale whose
+metrics JSON is missing (the headline scale of every run first), optionally analyses the
+spectrum of each row's first seed, and counts each row's FLOPs. The step-time benchmark of all
+rows (:func:`pending_benchmark`) is run by ``tools/analysis/mixer_study.py``. Each step is a
+process of its own (:mod:`.study_jobs`) logging into ``logs/`` in the work dir; progress lines
+(``[k/n] row seed: phase``, the training iterations) go to stdout.
 """
 import json
 import shlex
@@ -106,48 +100,37 @@ def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
     return lines
 
 
-def _eval_command(run: Run, checkpoint: Path, scale: float, cfg, options) -> list[str]:
-    return _job('evaluate', config=run.row.train_config, checkpoint=str(checkpoint),
-                work_dir=str(run.eval_dir(scale)),
-                cfg_options=[*options.cfg_options, *scale_options(cfg, scale)])
-
-
-class _Child:
-    """The running subprocess, so that a SIGTERM to the study stops it too."""
-    process: subprocess.Popen | None = None
-
-
-def _terminate(signum, frame):  # noqa: ARG001
-    if _Child.process is not None and _Child.process.poll() is None:
-        _Child.process.terminate()
-        try:
-            _Child.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _Child.process.kill()
-    raise SystemExit(128 + signum)
-
-
 def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
     """Run ``command``, its output into ``log_path``; training iterations echoed with ``prefix``;
     a SIGTERM meanwhile stops it too.
 
     Raises :class:`UserError` naming the log when it fails.
     """
+    process = None
+
+    def stop(signum, frame):  # noqa: ARG001
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        raise SystemExit(128 + signum)
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         with open(log_path, 'a') as log:
             log.write(f'$ {shlex.join(command)}\n')
             log.flush()
-            _Child.process = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True)
-            for line in _Child.process.stdout:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True)
+            for line in process.stdout:
                 log.write(line)
                 if 'Iter(train)' in line:
                     brief = line.split('Iter(train)', 1)[1].strip()
                     print(f'{prefix} {brief[:110]}', flush=True)
-            code = _Child.process.wait()
-            _Child.process = None
+            code = process.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
     if code:
@@ -190,8 +173,10 @@ def _run_one(run: Run, index: int, total: int, options: StudyOptions,
         done['trained'] = True
     for scale in pending:
         print(f'{prefix} evaluate at {scale:g}x', flush=True)
-        run_logged(_eval_command(run, checkpoint, scale, cfg, options),
-                   logs / f'{run.row.row_id}_s{run.seed}_eval_{scale:g}x.log', prefix)
+        command = _job('evaluate', config=run.row.train_config, checkpoint=str(checkpoint),
+                       work_dir=str(run.eval_dir(scale)),
+                       cfg_options=[*options.cfg_options, *scale_options(cfg, scale)])
+        run_logged(command, logs / f'{run.row.row_id}_s{run.seed}_eval_{scale:g}x.log', prefix)
         done['evaluated'].append(scale)
     return done
 
@@ -215,7 +200,6 @@ def _run_spectrum(run: Run, options: StudyOptions) -> None:
 def cost_files(options: StudyOptions) -> dict[str, Path]:
     costs = options.work_dir / 'costs'
     return dict(dir=costs, bench_csv=costs / 'bench' / 'models_cpu.csv',
-                bench_cuda_csv=costs / 'bench' / 'models_cuda.csv',
                 bench_done=costs / 'bench' / 'configs.json')
 
 

@@ -4,16 +4,15 @@ A *row* of the study table is one model: a config as given, or a config whose ba
 replaced by a *mixer spec* (``--mixers``). A spec names variants of the mixer catalogue
 (:func:`afno_seg.mixers.mixer_variants`): ``gfn`` (every stage), ``afno+afno+esa+esa`` (one name
 per stage; the hybrid), optionally followed by ``:key=value`` settings applied to every stage's
-mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a small derived config
-written into the study's work dir (``configs/<row>.py``, inheriting the given config), so each
-run's exact model stays on disk next to its checkpoints and can be handed to ``tools/test.py`` or
-``tools/analysis/spectrum.py`` as it is.
+mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a config derived from the
+given one, written to ``configs/<row>.py`` in the work dir: each run's exact model stays on disk
+beside its checkpoints, ready for ``tools/test.py`` or ``tools/analysis/spectrum.py``.
 
 A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and
 ``runs/<row>/seed<S>/eval_<scale>x`` (one ``tools/test.py`` work dir per evaluation scale).
 """
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mmengine.config import Config
@@ -23,7 +22,7 @@ from ..mixer_switch import parse_mixer_spec
 from ..mixers import mixer_variants
 
 __all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
-           'resize_step', 'scale_options', 'load_row_config']
+           'scale_options', 'load_row_config']
 
 _NAME_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
 
@@ -37,20 +36,11 @@ def mixer_label(mixers) -> str:
 
 @dataclass
 class Row:
-    """One model of the study table.
-
-    Attributes:
-        row_id (str): Directory name under ``runs/`` (unique in the study).
-        config (str): The config as given.
-        train_config (str): The config that is trained (``config`` or a derived one).
-        spec (str | None): The mixer spec, when the mixers were swapped.
-        label (str): Mixer label for the table.
-    """
-    row_id: str
-    config: str
-    train_config: str
-    spec: str | None
-    label: str
+    """One model of the study table."""
+    row_id: str  # its folder under runs/, unique in the study
+    config: str  # as given
+    train_config: str  # ``config`` or the one derived from it with the spec's mixers
+    label: str  # the mixers, for the table
 
 
 @dataclass
@@ -59,7 +49,6 @@ class Run:
     row: Row
     seed: int
     root: Path
-    logs: list = field(default_factory=list)
 
     @property
     def train_dir(self) -> Path:
@@ -92,6 +81,7 @@ def write_once(path: Path, text: str) -> None:
                   '(its runs were trained from it). Use a new --work-dir for the new definition.',
                   flush=True)
         return
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + '.tmp')
     temporary.write_text(text)
     temporary.replace(path)
@@ -116,28 +106,23 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
     rows, variants = [], mixer_variants() if specs else {}
     config_dir = work_dir / 'configs'
     for config in configs:
-        if not Path(config).is_file():
-            raise UserError(f'config file not found: {config}')
-        stem = Path(config).stem
-        base_cfg = Config.fromfile(config)
+        stem, base_cfg = Path(config).stem, load_row_config(config)
         num_stages = base_cfg.model.backbone.get('num_stages', 4)
         for spec in (specs or [None]):
             if spec is None:
                 mixers = base_cfg.model.backbone.get('mixers') or dict(
                     type='EfficientSelfAttentionMixer')
-                row = Row(stem, config, config, None, mixer_label(mixers))
+                row = Row(stem, config, config, mixer_label(mixers))
                 stage_mixers = [mixers] * num_stages if isinstance(mixers, dict) else mixers
             else:
                 stage_mixers = parse_mixer_spec(spec, variants, num_stages)
                 row_id = stem + '__' + _NAME_RE.sub('_', spec).replace(':', '_')
-                config_dir.mkdir(parents=True, exist_ok=True)
                 path = config_dir / f'{row_id}.py'
                 write_once(path, derived_config_text(config, stage_mixers))
-                row = Row(row_id, config, str(path), spec, spec)
+                row = Row(row_id, config, str(path), spec)
             if cost_config:
-                config_dir.mkdir(parents=True, exist_ok=True)
                 write_once(config_dir / f'cost_{row.row_id}.py',
-                                 derived_config_text(cost_config, [dict(m) for m in stage_mixers]))
+                           derived_config_text(cost_config, [dict(m) for m in stage_mixers]))
             rows.append(row)
     ids = [row.row_id for row in rows]
     if len(set(ids)) != len(ids):
@@ -158,20 +143,15 @@ def plan_runs(rows: list[Row], seeds: list[int], work_dir: Path) -> list[Run]:
             for row in rows for seed in seeds]
 
 
-def resize_step(cfg: Config) -> tuple[int, tuple[int, int]]:
-    """Index and ``scale`` of the ``Resize`` step of the test pipeline."""
-    pipeline = cfg.test_dataloader.dataset.pipeline
-    for index, step in enumerate(pipeline):
-        if step.get('type') == 'Resize' and 'scale' in step:
-            return index, tuple(step['scale'])
-    raise UserError('--eval-scales other than 1 need a Resize step with a scale in '
-                    'test_dataloader.dataset.pipeline of the config')
-
-
 def scale_options(cfg: Config, scale: float) -> list[str]:
-    """``--cfg-options`` that evaluate at ``scale`` times the config's test resolution."""
+    """``--cfg-options`` that evaluate at ``scale`` times the config's test resolution (the
+    ``scale`` of the test pipeline's ``Resize`` step)."""
     if scale == 1:
         return []
-    index, (width, height) = resize_step(cfg)
-    return [f'test_dataloader.dataset.pipeline.{index}.scale='
-            f'({round(width * scale)},{round(height * scale)})']
+    for index, step in enumerate(cfg.test_dataloader.dataset.pipeline):
+        if step.get('type') == 'Resize' and 'scale' in step:
+            width, height = step['scale']
+            return [f'test_dataloader.dataset.pipeline.{index}.scale='
+                    f'({round(width * scale)},{round(height * scale)})']
+    raise UserError('--eval-scales other than 1 need a Resize step with a scale in '
+                    'test_dataloader.dataset.pipeline of the config')

@@ -13,6 +13,8 @@ import re
 import statistics
 from pathlib import Path
 
+from . import benchmarking
+from .figures import pyplot, save_figure
 from .study import cost_files, eval_metrics_file
 from .study_plan import Row, Run, cost_config_of
 
@@ -82,9 +84,7 @@ def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
                     continue
                 mious.append(float(json.loads(path.read_text())['mIoU']))
                 classes.append(per_class_iou(path))
-            mean, std = _mean_std(mious)
-            record[f'miou_{scale:g}x'] = mean
-            record[f'miou_{scale:g}x_std'] = std
+            record[f'miou_{scale:g}x'], record[f'miou_{scale:g}x_std'] = _mean_std(mious)
             record[f'miou_{scale:g}x_runs'] = ';'.join(f'{v:.2f}' for v in mious)
             if scale == options.eval_scales[0]:
                 record['n_runs'] = len(mious)
@@ -93,23 +93,21 @@ def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
                                                        for c in classes])[0]
         flops = options.work_dir / 'costs' / f'flops_{row.row_id}.json'
         if flops.is_file():
-            summary = json.loads(flops.read_text())['summary']
-            record.update(params_m=summary['params_m'], mixer_gflops=summary['mixer_gflops'],
-                          total_gflops=summary['total_gflops'],
-                          flops_shape='x'.join(map(str, json.loads(flops.read_text())
-                                                   ['image_hw'])))
+            result = json.loads(flops.read_text())
+            record.update({key: result['summary'][key]
+                           for key in ('params_m', 'mixer_gflops', 'total_gflops')},
+                          flops_shape='x'.join(map(str, result['image_hw'])))
         cost_name = Path(cost_config_of(row, options.work_dir, options.cost_config)).name
         measured = bench.get(cost_name, {})
-        record.update(train_s=_float(measured.get('train_s')),
-                      step_peak_mb=_float(measured.get('step_peak_mb')),
-                      infer_img_s=_float(measured.get('infer_img_s')),
+        record.update({key: _float(measured.get(key))
+                       for key in ('train_s', 'step_peak_mb', 'infer_img_s')},
                       bench_status=measured.get('status', ''))
-        spectrum = row_runs[0].root / 'spectrum' / 'spectrum.json' if row_runs else None
-        if spectrum is not None and spectrum.is_file():
-            afno = json.loads(spectrum.read_text()).get('afno')
+        for run in row_runs[:1]:  # the spectrum is analysed for a row's first seed
+            spectrum = run.root / 'spectrum' / 'spectrum.json'
+            afno = json.loads(spectrum.read_text()).get('afno') if spectrum.is_file() else None
             if afno:
-                record['afno_sparsity'] = afno['sparsity_mean']
-                record['afno_lambda'] = afno['thresholds'][0]
+                record.update(afno_sparsity=afno['sparsity_mean'],
+                              afno_lambda=afno['thresholds'][0])
         records.append(record)
     _add_ratios(records)
     return records
@@ -117,15 +115,16 @@ def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
 
 def _add_ratios(records: list[dict]) -> None:
     """Step time, peak memory and inference time relative to the ESA row (all stages ESA)."""
-    reference = next((r for r in records if r['mixer'] in ('EfficientSelfAttention', 'esa')),
-                     None)
+    esa = next((r for r in records if r['mixer'] in ('EfficientSelfAttention', 'esa')), {})
+
+    def ratio(a, b):
+        return a / b if a == a and b == b and b else math.nan
     for record in records:
-        for key, out in (('train_s', 'step_vs_esa'), ('step_peak_mb', 'memory_vs_esa')):
-            ref = reference.get(key, math.nan) if reference else math.nan
-            record[out] = record.get(key, math.nan) / ref if ref == ref and ref else math.nan
-        ref = reference.get('infer_img_s', math.nan) if reference else math.nan
-        value = record.get('infer_img_s', math.nan)
-        record['inference_time_vs_esa'] = ref / value if ref == ref and value else math.nan
+        record['step_vs_esa'] = ratio(record['train_s'], esa.get('train_s', math.nan))
+        record['memory_vs_esa'] = ratio(record['step_peak_mb'], esa.get('step_peak_mb', math.nan))
+        # infer_img_s is a throughput: the time ratio is its inverse
+        record['inference_time_vs_esa'] = ratio(esa.get('infer_img_s', math.nan),
+                                                record['infer_img_s'])
 
 
 def _fmt(value, digits: int) -> str:
@@ -138,7 +137,7 @@ def table_markdown(records: list[dict], options) -> str:
     head = ['mixer', 'config', 'params (M)', 'mixer GFLOPs', 'total GFLOPs',
             f'mIoU {scales[0]:g}x (mean ± std, n)'] + [f'mIoU {s:g}x' for s in scales[1:]] + [
             'AFNO sparsity', 'step / ESA', 'step memory / ESA', 'inference time / ESA']
-    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    rows = []
     for r in records:
         first = f'miou_{scales[0]:g}x'
         miou = (f"{_fmt(r[first], 2)} ± {_fmt(r[first + '_std'], 2)} ({r['n_runs']})"
@@ -149,47 +148,30 @@ def table_markdown(records: list[dict], options) -> str:
                   if r.get(f'miou_{s:g}x') == r.get(f'miou_{s:g}x') else '' for s in scales[1:]]
         cells += [_fmt(r.get('afno_sparsity'), 3), _fmt(r.get('step_vs_esa'), 2),
                   _fmt(r.get('memory_vs_esa'), 2), _fmt(r.get('inference_time_vs_esa'), 2)]
-        lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines) + '\n'
+        rows.append(cells)
+    return '\n'.join(benchmarking.markdown_table(head, rows)) + '\n'
 
 
 def write_csv(records: list[dict], path: Path) -> None:
-    fields = []
-    for record in records:
-        fields += [k for k in record if k not in fields]
-    with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for record in records:
-            writer.writerow({k: (f'{v:.6g}' if isinstance(v, float) else
-                                 ';'.join(map(str, v)) if isinstance(v, list) else v)
-                             for k, v in record.items()})
-
-
-def _pyplot():
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    return plt
+    """Every key of every record, lists joined by ``;``."""
+    fields = list(dict.fromkeys(key for record in records for key in record))
+    benchmarking.write_csv(path, [{k: ';'.join(map(str, v)) if isinstance(v, list) else v
+                                   for k, v in record.items()} for record in records],
+                           fields, digits=6)
 
 
 def _save(fig, ax, path) -> bool:
-    """Grid, tight layout, write ``path`` at 120 dpi and free the figure."""
-    import matplotlib.pyplot as plt
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return True
 
 
 def _scatter(records, x_key, x_label, path, scale_key, log_x=False) -> bool:
-    plt = _pyplot()
     points = [r for r in records if r.get(x_key) == r.get(x_key) and r.get(x_key) is not None
               and r.get(scale_key) == r.get(scale_key)]
     if not points:
         return False
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.4))
     for r in points:
         ax.errorbar(r[x_key], r[scale_key], yerr=r.get(scale_key + '_std', 0) or 0, fmt='o',
                     capsize=3)
@@ -203,11 +185,10 @@ def _scatter(records, x_key, x_label, path, scale_key, log_x=False) -> bool:
 
 
 def _transfer_plot(records, options, path) -> bool:
-    plt = _pyplot()
     scales = sorted(options.eval_scales)
     if len(scales) < 2:
         return False
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.4))
     for r in records:
         values = [r.get(f'miou_{s:g}x', math.nan) for s in scales]
         errors = [r.get(f'miou_{s:g}x_std', 0) or 0 for s in scales]
@@ -221,7 +202,6 @@ def _transfer_plot(records, options, path) -> bool:
 
 
 def _sweep_plot(records, options, path) -> bool:
-    plt = _pyplot()
     points = sorted((r for r in records if r.get('afno_lambda') is not None),
                     key=lambda r: r['afno_lambda'])
     if len({r['afno_lambda'] for r in points}) < 2:
@@ -229,7 +209,7 @@ def _sweep_plot(records, options, path) -> bool:
     key = f'miou_{options.eval_scales[0]:g}x'
     lambdas = [r['afno_lambda'] for r in points]
     positions = range(len(points))  # lambda = 0 has no place on a log axis: evenly spaced
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.4))
     ax.errorbar(positions, [r[key] for r in points], yerr=[r[key + '_std'] or 0 for r in points],
                 marker='o', capsize=3, color='C0', label='mIoU')
     ax.set_xticks(list(positions), [f'{v:g}' for v in lambdas])

@@ -115,7 +115,6 @@ def study_config(config: str, work_dir: Path) -> str:
     if cfg.get('model', {}).get('backbone', {}).get('type') != 'MixVisionTransformer':
         return path
     base = work_dir / 'configs' / 'base' / Path(path).name
-    base.parent.mkdir(parents=True, exist_ok=True)
     write_once(base, switch_mixer(cfg, 'esa').pretty_text)
     return str(base)
 
