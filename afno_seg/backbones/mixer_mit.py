@@ -6,10 +6,8 @@ References:
     Guibas et al., "Adaptive Fourier Neural Operators: Efficient Token Mixers for Transformers",
     ICLR 2022, arXiv:2111.13587 (SegFormer-B3 with its attention replaced by other mixers).
 
-The module tree and parameter names are those of mmseg's ``MixVisionTransformer``
-(``layers.{stage}.0`` patch embedding, ``layers.{stage}.1.{layer}`` encoder layers,
-``layers.{stage}.2`` stage norm), so MiT ImageNet checkpoints load into every variant; see
-:mod:`afno_seg.backbones.mit_checkpoint`.
+The module tree and parameter names are those of mmseg's ``MixVisionTransformer``, so MiT
+ImageNet checkpoints load into every variant (:mod:`afno_seg.backbones.mit_checkpoint`).
 """
 import copy
 import math

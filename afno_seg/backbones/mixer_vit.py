@@ -10,17 +10,14 @@ References:
     Rao et al., "Global Filter Networks for Image Classification", NeurIPS 2021, arXiv:2107.00645
     (GFNet-XS: the same sizes without a class token, features averaged over the grid).
 
-Pipeline for an image of ``Hi x Wi``: a ``p x p`` stride-``p`` convolution embeds patches into a
-``H x W = ceil(Hi / p) x ceil(Wi / p)`` grid of C-channel tokens (inputs that do not divide are
-zero-padded at the bottom/right); a learned absolute position embedding, stored for the grid of
-``img_size`` and resized bicubically for other grids, is added; then ``num_layers`` pre-norm layers
-
-    x = x + DropPath(mixer(LN(x), (H, W)))
-    x = x + DropPath(W2 GELU(W1 LN(x)))        (W1: C -> mlp_ratio C, W2 back)
-
-and a final LayerNorm. There is no class token: the mixers act on a grid, and classification
-averages the output map (mmpretrain's ``GlobalAveragePooling`` neck and ``LinearClsHead``), as
-GFNet does. Cost per layer: the mixer's ``flops`` plus ``2 * 2 * mlp_ratio * C^2 * H W`` (MLP).
+A ``p x p`` stride-``p`` convolution embeds an ``Hi x Wi`` image into an ``H x W = ceil(Hi / p) x
+ceil(Wi / p)`` grid of C-channel tokens (zero-padded at the bottom/right); a learned position
+embedding, stored for the grid of ``img_size`` and resized bicubically for other grids, is added;
+then ``num_layers`` pre-norm :class:`~.encoder_layer.MixerLayer` s with a point-wise MLP
+(``C -> mlp_ratio C -> C``, GELU) and a final LayerNorm. No class token: the mixers act on a grid,
+and classification averages the output map (mmpretrain's ``GlobalAveragePooling`` neck and
+``LinearClsHead``), as GFNet does. Cost per layer: the mixer's ``flops`` plus
+``2 * 2 * mlp_ratio * C^2 * H W`` (MLP).
 """
 import math
 import warnings

@@ -16,21 +16,19 @@ So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex),
 :func:`irfft2_grid` the same backwards. Cost per channel and grid point, direct: ``2 cols``
 multiply-adds along W, ``4 rows cols / W`` along H; a truncated band costs what it keeps.
 
-**Factored axes** (Cooley-Tukey as two products, :func:`split_factor` ``n = n1 n2``,
-``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
+**Factored axes** (full bands of the sizes in ``FACTORED_FROM``; Cooley-Tukey as two products,
+:func:`split_factor` ``n = n1 n2``, ``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
 
     A[k1, m2] = sum_m1 x[n2 m1 + m2] exp(-2 pi i m1 k1 / n1)                 one product
     X[k1, k2] = sum_m2 A[k1, m2] exp(-2 pi i m2 (k1 + n1 k2) / n)            one per k1
 
 the twiddle folded into the second product: ``4 (n1 + n2)`` multiply-adds a point instead of
-``4 n`` (H), ``2 n1 + 4 ceil(cols / n1)`` instead of ``2 cols`` (W). The output comes in the
-order ``(k1, k2)``; :class:`Stacked` records it, the inverse returns the natural order, and the
-per-mode work in between takes the modes in any order (GFN's filter is reordered to match).
-Full bands only, from the sizes in ``FACTORED_FROM``.
+``4 n`` (H), ``2 n1 + 4 ceil(cols / n1)`` instead of ``2 cols`` (W). The modes come in the order
+``(k1, k2)`` (:class:`Stacked` records it), which the per-mode work takes as it is (GFN's filter
+is reordered to match); the inverse returns the natural order.
 
-Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (float64 tests,
-``tests/test_dft_matmul.py``); constants are built in float64 from exact integer products mod n
-and cast. Timings and the factoring rule: ``BENCHMARKS.md`` ("DFT as matmuls").
+Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (``tests/test_dft_matmul.py``,
+float64); constants are built in float64 from exact integer products mod n, then cast.
 """
 import math
 from dataclasses import dataclass
@@ -73,14 +71,11 @@ def hermitian_weight(freqs: Tensor, n: int, cols: int) -> Tensor:
 
 @dataclass(frozen=True)
 class Stacked:
-    """A stacked spectrum of a channels-last grid.
-
-    ``data`` is ``(B, 2, R, cols, C)`` (``factor`` None: rows in the band's gather order) or
-    ``(B, n1, 2, n2, cols, C)`` (``factor = (n1, n2)``, full band: row ``k = k1 + n1 k2`` at
-    ``[k1, :, k2]``); the axis of 2 holds the real and imaginary parts. With ``w_factor =
-    (n1, n2)`` the columns are ``k1 + n1 k2`` at ``k1 k2w + k2`` (``k2w = ceil(cols / n1)``,
-    so some lie past the band's last column; the inverse ignores them).
-    """
+    """A stacked spectrum of a channels-last grid: ``data (B, 2, R, cols, C)`` (``factor`` None:
+    rows in the band's gather order) or ``(B, n1, 2, n2, cols, C)`` (``factor = (n1, n2)``: row
+    ``k = k1 + n1 k2`` at ``[k1, :, k2]``); the axis of 2 holds the real and imaginary parts.
+    With ``w_factor = (n1, n2)`` column ``k1 + n1 k2`` is at ``k1 k2w + k2`` (``k2w = ceil(cols
+    / n1)``, so some lie past the band's last column; the inverse ignores them)."""
     data: Tensor
     factor: tuple[int, int] | None
     w_factor: tuple[int, int] | None = None
