@@ -8,10 +8,8 @@ registrations replace mmengine's handler of local paths, each a stricter form of
 checkpoint loader (data only, :mod:`afno_seg.engine.checkpoint`) and the file backend (atomic
 writes, :mod:`afno_seg.engine.atomic_io`). Nothing else changes on import: the CPU allocator
 setting and a CPU process group come with :func:`afno_seg.engine.build_runner`, the stop-signal
-handlers with training (given back when it ends). Configs pull the package in with
-``custom_imports = dict(imports=['afno_seg'], allow_failed_imports=False)``. The experiment
-drivers (:mod:`afno_seg.experiments`) and the cost library (:mod:`afno_seg.analysis`) are not
-imported here.
+handlers with training (given back when it ends). The experiment drivers
+(:mod:`afno_seg.experiments`) and the cost library (:mod:`afno_seg.analysis`) are not imported.
 """
 from . import backbones, datasets, decode_heads, engine, mixers  # noqa: F401
 

@@ -1,28 +1,14 @@
 """``--mixer SPEC``: any SegFormer config of mmseg's model zoo (or ours) with the chosen mixers.
 
-The tools (``tools/train.py``, ``test.py``, ``inference.py``, ``analysis/get_flops.py``,
-``analysis/benchmark_model.py``, ``analysis/mixer_study.py``) take one switch, ``--mixer SPEC``,
-that turns a config whose backbone is mmseg's ``MixVisionTransformer`` (or our ``MixerMiT``) into
-:class:`~afno_seg.backbones.MixerMiT` with the mixers of ``SPEC``:
-
-* the spec grammar (:func:`parse_mixer_spec`): a catalogue name (``afno``: every stage), one name
-  per stage joined by ``+`` (``afno+afno+esa+esa``), then ``:key=value`` settings for every stage's
-  mixer (``afno:sparsity_threshold=0.1``); the names are :func:`afno_seg.mixers.mixer_variants`;
-* every size key of the backbone (``embed_dims``, ``num_layers``, ``num_heads``, ``sr_ratios``,
-  ...), ``drop_path_rate``, ``out_indices`` and the whole decode head are kept; ``base_img_size``
-  becomes the config's crop (the grid GFN/FNO store their filters at); ``custom_imports`` gains
-  ``afno_seg`` so that the derived config, as the Runner writes it into the work_dir, builds
-  without the switch;
-* pretrained weights (:func:`use_local_pretrained`): mmseg's configs point ``init_cfg`` at a URL;
-  the switch never downloads. It points ``init_cfg`` at the MiT weights of the config's size in
-  ``data/pretrained/`` (``mit_b0.pth`` ... ``mit_b5.pth``, the authors' release, or the file
-  name of mmseg's URL, mmseg's conversion); training then follows the project's one rule
-  (:func:`~afno_seg.engine.preflight.check_config_checkpoints`: a missing file is refused in one
-  line, unless ``--from-scratch``; mixer tensors that MiT lacks start freshly initialised);
-* configs are given by path or as ``mmseg::segformer/...py`` (:func:`resolve_config_path`: the
-  file inside the installed package; mmengine 0.10.7 resolves ``pkg::`` only inside ``_base_``).
-
-Cost: config-level only (no model is built here).
+The tools' one switch turns a config whose backbone is mmseg's ``MixVisionTransformer`` (or our
+``MixerMiT``) into :class:`~afno_seg.backbones.MixerMiT` with the mixers of ``SPEC``
+(:func:`parse_mixer_spec`). The backbone's size keys, ``drop_path_rate``, ``out_indices`` and the
+decode head are kept; ``base_img_size`` becomes the config's crop (the grid GFN/FNO store their
+filters at); ``custom_imports`` gains ``afno_seg``, so that the derived config, as the Runner
+writes it into the work_dir, builds without the switch. Nothing is downloaded: MiT weights are
+looked for in ``data/pretrained/`` (:func:`use_local_pretrained`). Configs are given by path or as
+``mmseg::segformer/...py`` (:func:`resolve_config_path`; mmengine 0.10.7 resolves ``pkg::`` only
+inside ``_base_``). Config-level only: no model is built here.
 """
 import ast
 import importlib.util
@@ -48,16 +34,8 @@ PRETRAINED_DIR = 'data/pretrained'
 _SLUG_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
 
 
-def _parse_value(text: str):
-    """A ``key=value`` value as a Python literal when it is one (numbers, tuples), else a str."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None, num_stages: int = 4,
-                     option: str = '--mixer') -> list[dict]:
+def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
+                     num_stages: int = 4) -> list[dict]:
     """The per-stage mixer dicts of a spec such as ``gfn``, ``afno+afno+esa+esa`` or
     ``afno:sparsity_threshold=0.1``.
 
@@ -67,7 +45,6 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None, num_sta
         variants (dict[str, dict], optional): Catalogue, short name -> mixer config dict.
             Default: None (:func:`afno_seg.mixers.mixer_variants`, unlisted variants included).
         num_stages (int): Backbone stages. Default: 4.
-        option (str): The command-line option named in errors. Default: '--mixer'.
 
     Returns:
         list[dict]: ``num_stages`` mixer config dicts.
@@ -85,17 +62,20 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None, num_sta
     stage_names = names.split('+')
     unknown = [name for name in stage_names if name not in variants]
     if unknown:
-        raise UserError(f'{option} {spec}: unknown mixer {unknown[0]!r}; the catalogue has '
+        raise UserError(f'--mixer {spec}: unknown mixer {unknown[0]!r}; the catalogue has '
                         f'{", ".join(sorted(listed))}')
     if len(stage_names) not in (1, num_stages):
-        raise UserError(f'{option} {spec}: give one mixer or {num_stages} joined by "+", got '
+        raise UserError(f'--mixer {spec}: give one mixer or {num_stages} joined by "+", got '
                         f'{len(stage_names)}')
     extra = {}
     for setting in settings:
         key, sep, value = setting.partition('=')
         if not sep or not key:
-            raise UserError(f'{option} {spec}: settings after ":" are key=value, got {setting!r}')
-        extra[key] = _parse_value(value)
+            raise UserError(f'--mixer {spec}: settings after ":" are key=value, got {setting!r}')
+        try:  # a Python literal when it is one (numbers, tuples), else a str
+            extra[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            extra[key] = value
     stage_names = stage_names * (num_stages // len(stage_names))
     return [dict(variants[name], **extra) for name in stage_names]
 
@@ -138,11 +118,7 @@ def mit_size(backbone: dict) -> str | None:
     given = {key: list(value) if isinstance(value, (list, tuple)) else value
              for key in ('embed_dims', 'num_layers', 'num_heads')
              if (value := backbone.get(key)) is not None}
-    for name, sizes in ARCH_SETTINGS.items():
-        if given and all(sizes[key] == value for key, value in given.items()) and \
-                len(given) == 3:
-            return name
-    return None
+    return next((name for name, sizes in ARCH_SETTINGS.items() if sizes == given), None)
 
 
 def crop_size(cfg: Config) -> tuple[int, int] | None:
@@ -210,10 +186,8 @@ def switch_mixer(cfg: Config, spec: str | None, pretrained: bool = True,
         cfg (Config): A loaded config (``--cfg-options`` already merged, so that a changed crop
             sets ``base_img_size``) whose ``model.backbone`` is one of :data:`SUPPORTED_BACKBONES`.
         spec (str | None): The ``--mixer`` spec; None returns ``cfg`` unchanged.
-        pretrained (bool): Training: name local MiT weights (:func:`use_local_pretrained`;
-            the training preflight refuses a missing file unless ``--from-scratch``). False
-            (evaluation, inference, costs: a checkpoint or random weights follow): ``init_cfg``
-            is dropped silently. Default: True.
+        pretrained (bool): Name local MiT weights (:func:`use_local_pretrained`), for training;
+            False drops ``init_cfg`` (a checkpoint or random weights follow). Default: True.
         pretrained_dir (str): Folder of ``mit_b*.pth``. Default: ``data/pretrained``.
         default_work_dir (bool): ``cfg.work_dir`` is the tools' default
             (``work_dirs/<config stem>``): append ``_<spec>``, so that runs of one config with
@@ -231,12 +205,11 @@ def switch_mixer(cfg: Config, spec: str | None, pretrained: bool = True,
     from .backbones.mixer_mit import MixerMiT
     source = cfg.filename or 'the config'
     backbone = ((cfg.get('model') or {}).get('backbone'))
-    backbone_type = (backbone or {}).get('type') if isinstance(backbone, dict) else None
+    backbone_type = backbone.get('type') if isinstance(backbone, dict) else None
     if str(backbone_type).split('.')[-1] not in SUPPORTED_BACKBONES:
         raise UserError(f'--mixer: {source} has backbone {backbone_type!r}; the switch supports '
                         f'{" and ".join(SUPPORTED_BACKBONES)} (SegFormer MiT backbones) only')
-    num_stages = backbone.get('num_stages', 4)
-    mixers = parse_mixer_spec(spec, num_stages=num_stages)
+    mixers = parse_mixer_spec(spec, num_stages=backbone.get('num_stages', 4))
     accepted = inspect.signature(MixerMiT).parameters
     foreign = sorted(key for key in backbone if key != 'type' and key not in accepted)
     if foreign:

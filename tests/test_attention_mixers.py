@@ -136,8 +136,8 @@ def test_axial_height_pass_mixes_only_columns():
     perturbed = x.clone().view(2, 5, 6, 8)
     perturbed[:, row, col] += 1.
     with torch.no_grad():
-        change = (mixer.attend_along_height(perturbed.view(2, 30, 8), hw_shape)
-                  - mixer.attend_along_height(x, hw_shape)).abs().amax(dim=(0, 2)).view(5, 6)
+        change = (mixer.attend(perturbed.view(2, 30, 8), hw_shape, axis=1)
+                  - mixer.attend(x, hw_shape, axis=1)).abs().amax(dim=(0, 2)).view(5, 6)
     same_column = torch.zeros(5, 6, dtype=torch.bool)
     same_column[:, col] = True
     assert change[~same_column].max() == 0
@@ -149,13 +149,13 @@ def test_axial_jacobian_connectivity():
     torch.manual_seed(3)
     mixer = AxialAttentionMixer(4, num_heads=2).double()
     hw_shape = (4, 5)
-    height_blocks = block_jacobian(lambda t, hw: mixer.attend_along_height(t.double(), hw),
+    height_blocks = block_jacobian(lambda t, hw: mixer.attend(t.double(), hw, axis=1),
                                    hw_shape)
     columns = torch.arange(20) % 5
     same_column = columns[:, None] == columns[None, :]
     assert height_blocks[~same_column].max() == 0
     assert height_blocks[same_column].min() > 1e-8
-    width_blocks = block_jacobian(lambda t, hw: mixer.attend_along_width(t.double(), hw),
+    width_blocks = block_jacobian(lambda t, hw: mixer.attend(t.double(), hw, axis=2),
                                   hw_shape)
     rows = torch.arange(20) // 5
     assert width_blocks[rows[:, None] != rows[None, :]].max() == 0

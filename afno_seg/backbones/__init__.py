@@ -7,10 +7,10 @@ Reading order: a config's ``model.backbone`` (``configs/_base_/models/``) -> :mo
 """
 from .encoder_layer import MixerLayer
 from .mit_checkpoint import load_pretrained_mit, official_to_mmseg
-from .mixer_mit import ARCH_SETTINGS, MixerEncoderLayer, MixerMiT
-from .mixer_vit import VIT_ARCH_SETTINGS, MixerViT, MixerViTLayer
+from .mixer_mit import ARCH_SETTINGS, MixerMiT
+from .mixer_vit import VIT_ARCH_SETTINGS, MixerViT
 from .stage import build_mixer, stage_arguments, stage_grids
 
-__all__ = ['ARCH_SETTINGS', 'MixerEncoderLayer', 'MixerLayer', 'MixerMiT', 'MixerViT',
-           'MixerViTLayer', 'VIT_ARCH_SETTINGS', 'build_mixer', 'load_pretrained_mit',
-           'official_to_mmseg', 'stage_arguments', 'stage_grids']
+__all__ = ['ARCH_SETTINGS', 'MixerLayer', 'MixerMiT', 'MixerViT', 'VIT_ARCH_SETTINGS',
+           'build_mixer', 'load_pretrained_mit', 'official_to_mmseg', 'stage_arguments',
+           'stage_grids']

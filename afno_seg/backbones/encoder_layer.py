@@ -14,16 +14,16 @@ import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import build_dropout
+from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule
+from mmseg.models.backbones.mit import MixFFN
 from torch import Tensor
 
 __all__ = ['MixerLayer', 'init_mixer_weights']
 
 
 class MixerLayer(BaseModule):
-    """Base of the encoder layers: norms, the mixer, drop-path and gradient checkpointing.
-
-    Subclasses implement :meth:`build_ffn` and :meth:`apply_ffn`.
+    """The encoder layer: norms, the mixer, the FFN, drop-path and gradient checkpointing.
 
     Args:
         embed_dims (int): Channels C of the tokens.
@@ -34,11 +34,14 @@ class MixerLayer(BaseModule):
         act_cfg (dict): Activation of the FFN. Default: dict(type='GELU').
         norm_cfg (dict): Pre-norm layers. Default: dict(type='LN', eps=1e-6).
         with_cp (bool): Recompute the layer in backward (gradient checkpointing). Default: False.
+        mix_ffn (bool): SegFormer's Mix-FFN (MixerMiT), else a point-wise MLP (MixerViT).
+            Default: True.
     """
 
     def __init__(self, embed_dims: int, mixer: nn.Module, feedforward_channels: int,
                  drop_rate: float = 0., drop_path_rate: float = 0., act_cfg: dict | None = None,
-                 norm_cfg: dict | None = None, with_cp: bool = False) -> None:
+                 norm_cfg: dict | None = None, with_cp: bool = False,
+                 mix_ffn: bool = True) -> None:
         super().__init__()
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
         drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
@@ -46,23 +49,18 @@ class MixerLayer(BaseModule):
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = mixer
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = self.build_ffn(embed_dims, feedforward_channels, drop_rate, drop_path,
-                                  act_cfg or dict(type='GELU'))
-        self.with_cp = with_cp
-
-    def build_ffn(self, embed_dims: int, feedforward_channels: int, drop_rate: float,
-                  dropout_layer: dict, act_cfg: dict) -> nn.Module:
-        """The FFN; it must add the identity (``apply_ffn(y, hw, x) == x + DropPath(f(y))``)."""
-        raise NotImplementedError
-
-    def apply_ffn(self, y: Tensor, hw_shape: tuple[int, int], identity: Tensor) -> Tensor:
-        raise NotImplementedError
+        self.ffn = (MixFFN if mix_ffn else FFN)(
+            embed_dims=embed_dims, feedforward_channels=feedforward_channels,
+            act_cfg=act_cfg or dict(type='GELU'), ffn_drop=drop_rate, dropout_layer=drop_path)
+        self.mix_ffn, self.with_cp = mix_ffn, with_cp
 
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
 
         def _inner_forward(x: Tensor) -> Tensor:
             x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
-            return self.apply_ffn(self.norm2(x), hw_shape, identity=x)
+            if self.mix_ffn:
+                return self.ffn(self.norm2(x), hw_shape, identity=x)
+            return self.ffn(self.norm2(x), identity=x)
 
         if self.with_cp and x.requires_grad:
             return cp.checkpoint(_inner_forward, x, use_reentrant=False)

@@ -66,49 +66,38 @@ def detect_layout(keys) -> str:
                      f'(official) or "layers.0.0.projection.weight" (mmseg); got {keys[:5]}')
 
 
-def official_to_mmseg(state_dict: dict[str, Tensor]) -> OrderedDict:
-    """Rename an official SegFormer MiT state dict to mmseg's layout (``head.*`` kept as is).
+# Official -> mmseg: the slot of each official module kind in ``layers.{stage}``, and the names
+# that change below it (``attn.sr``, ``attn.norm``, ``norm1``, ``norm2`` keep theirs).
+_SLOTS = {'patch_embed': 0, 'block': 1, 'norm': 2}
+_RENAMES = {'proj.': 'projection.', 'attn.proj.': 'attn.attn.out_proj.',
+            'mlp.fc1.': 'ffn.layers.0.', 'mlp.dwconv.dwconv.': 'ffn.layers.1.',
+            'mlp.fc2.': 'ffn.layers.4.'}
 
-    q and kv Linear weights are concatenated into ``in_proj_*`` (q first, as
-    ``nn.MultiheadAttention`` splits them); Mix-FFN Linear weights become 1x1 conv kernels.
-    Keys of no known pattern are kept unchanged so that the loader reports them.
-    """
+
+def official_to_mmseg(state_dict: dict[str, Tensor]) -> OrderedDict:
+    """An official SegFormer MiT state dict in mmseg's layout (``in_proj`` = cat(q, kv), q first
+    as ``nn.MultiheadAttention`` splits it); other keys (``head.*``) are kept as they are, so
+    that the loader reports them."""
     converted = OrderedDict()
     for key, value in state_dict.items():
-        m = re.match(r'^(patch_embed|block|norm)(\d+)\.(.*)$', key)
+        m = re.match(r'^(patch_embed|block|norm)(\d+)\.(\d+\.)?(.*)$', key)
         if m is None:
             converted[key] = value
             continue
-        kind, stage, rest = m.group(1), int(m.group(2)) - 1, m.group(3)
-        if kind == 'patch_embed':
-            converted[f'layers.{stage}.0.{rest.replace("proj.", "projection.", 1)}'] = value
-        elif kind == 'norm':
-            converted[f'layers.{stage}.2.{rest}'] = value
-        else:
-            converted.update(_convert_block_key(state_dict, key, f'layers.{stage}.1.', rest, value))
-    return converted
-
-
-def _convert_block_key(state_dict, key, prefix, rest, value) -> dict[str, Tensor]:
-    layer, _, name = rest.partition('.')
-    out = f'{prefix}{layer}.'
-    renames = {'attn.proj.': 'attn.attn.out_proj.', 'attn.sr.': 'attn.sr.',
-               'attn.norm.': 'attn.norm.', 'mlp.dwconv.dwconv.': 'ffn.layers.1.',
-               'mlp.fc1.': 'ffn.layers.0.', 'mlp.fc2.': 'ffn.layers.4.'}
-    if name.startswith('attn.kv.'):
-        return {}  # merged into in_proj together with q
-    if name.startswith('attn.q.'):
-        param = name[len('attn.q.'):]
-        kv_key = key.replace('attn.q.', 'attn.kv.')
-        if kv_key not in state_dict:
-            raise KeyError(f'{key} has no matching {kv_key} in the checkpoint')
-        return {f'{out}attn.attn.in_proj_{param}': torch.cat([value, state_dict[kv_key]], dim=0)}
-    for old, new in renames.items():
-        if name.startswith(old):
-            if new in ('ffn.layers.0.', 'ffn.layers.4.') and name.endswith('weight'):
+        kind, stage, layer, name = m.groups()
+        out = f'layers.{int(stage) - 1}.{_SLOTS[kind]}.{layer or ""}'
+        if name.startswith('attn.q.'):
+            kv_key = key.replace('attn.q.', 'attn.kv.')
+            if kv_key not in state_dict:
+                raise KeyError(f'{key} has no matching {kv_key} in the checkpoint')
+            param = name[len('attn.q.'):]
+            converted[f'{out}attn.attn.in_proj_{param}'] = torch.cat([value, state_dict[kv_key]])
+        elif not name.startswith('attn.kv.'):  # kv went into in_proj together with q
+            old = next((old for old in _RENAMES if name.startswith(old)), '')
+            if old in ('mlp.fc1.', 'mlp.fc2.') and name.endswith('weight'):
                 value = value.reshape(*value.shape, 1, 1)  # Linear -> 1x1 conv
-            return {out + new + name[len(old):]: value}
-    return {out + name: value}
+            converted[out + _RENAMES.get(old, '') + name[len(old):]] = value
+    return converted
 
 
 def mit_state_dict(state: dict[str, Tensor], prefix: str | None = None) -> tuple[dict, str]:

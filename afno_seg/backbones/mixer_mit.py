@@ -6,10 +6,8 @@ References:
     Guibas et al., "Adaptive Fourier Neural Operators: Efficient Token Mixers for Transformers",
     ICLR 2022, arXiv:2111.13587 (SegFormer-B3 with its attention replaced by other mixers).
 
-The module tree and parameter names are those of mmseg's ``MixVisionTransformer``
-(``layers.{stage}.0`` patch embedding, ``layers.{stage}.1.{layer}`` encoder layers,
-``layers.{stage}.2`` stage norm), so MiT ImageNet checkpoints load into every variant; see
-:mod:`afno_seg.backbones.mit_checkpoint`.
+The module tree and parameter names are those of mmseg's ``MixVisionTransformer``, so MiT
+ImageNet checkpoints load into every variant (:mod:`afno_seg.backbones.mit_checkpoint`).
 """
 import copy
 import math
@@ -20,16 +18,15 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import constant_init, normal_init, trunc_normal_init
-from mmseg.models.backbones.mit import MixFFN
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
 
 from ..registry import register_model
 from .encoder_layer import MixerLayer, init_mixer_weights
 from .mit_checkpoint import load_pretrained_mit
-from .stage import build_mixer, stage_arguments, stage_grids
+from .stage import build_mixer, mixer_list, stage_arguments, stage_grids
 
-__all__ = ['ARCH_SETTINGS', 'MixerEncoderLayer', 'MixerMiT']
+__all__ = ['ARCH_SETTINGS', 'MixerMiT']
 
 # SegFormer's B0-B5 (Table 6 of the paper); all share patch sizes, strides and reductions.
 ARCH_SETTINGS = {
@@ -44,29 +41,12 @@ ARCH_SETTINGS = {
 DEFAULT_SIZES = dict(embed_dims=64, num_layers=[3, 4, 6, 3], num_heads=[1, 2, 4, 8])
 
 
-class MixerEncoderLayer(MixerLayer):
-    """Pre-norm encoder layer: ``x += DropPath(mixer(LN(x)))``; ``x += DropPath(MixFFN(LN(x)))``.
-
-    SegFormer's Mix-FFN (a 3x3 depth-wise convolution between the point-wise layers); the rest
-    is :class:`~afno_seg.backbones.encoder_layer.MixerLayer`, whose arguments it takes.
-    """
-
-    def build_ffn(self, embed_dims: int, feedforward_channels: int, drop_rate: float,
-                  dropout_layer: dict, act_cfg: dict) -> nn.Module:
-        # MixFFN adds the identity itself: ffn(y, hw, identity=x) == x + DropPath(mlp(y)).
-        return MixFFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels,
-                      act_cfg=act_cfg, ffn_drop=drop_rate, dropout_layer=dropout_layer)
-
-    def apply_ffn(self, y: Tensor, hw_shape: tuple[int, int], identity: Tensor) -> Tensor:
-        return self.ffn(y, hw_shape, identity=identity)
-
-
 @register_model
 class MixerMiT(BaseModule):
     """SegFormer's MiT backbone with a pluggable token mixer per stage.
 
     Stage i embeds its input with an overlapping strided convolution (``PatchEmbed``), applies
-    ``num_layers[i]`` :class:`MixerEncoderLayer` s and a LayerNorm, and returns a
+    ``num_layers[i]`` :class:`~.encoder_layer.MixerLayer` s and a LayerNorm, and returns a
     ``(B, embed_dims * num_heads[i], H_i, W_i)`` map. With the default mixer
     (EfficientSelfAttentionMixer) this is mmseg's MixVisionTransformer, parameter for parameter.
 
@@ -137,12 +117,8 @@ class MixerMiT(BaseModule):
                 raise ValueError(f'{name} has {len(values)} entries for num_stages={num_stages}')
         if not out_indices or any(not 0 <= i < num_stages for i in out_indices):
             raise ValueError(f'out_indices {tuple(out_indices)} must lie in [0, {num_stages})')
-        mixers = dict(type='EfficientSelfAttentionMixer') if mixers is None else mixers
-        if isinstance(mixers, dict):
-            mixers = [mixers] * num_stages
-        if isinstance(mixers, str) or not isinstance(mixers, Sequence) or \
-                len(mixers) != num_stages:
-            raise ValueError(f'mixers must be one dict or a list of num_stages={num_stages} dicts')
+        mixers = mixer_list(dict(type='EfficientSelfAttentionMixer') if mixers is None else mixers,
+                            num_stages, 'num_stages')
         self.num_stages, self.out_indices, self.with_cp = num_stages, tuple(out_indices), with_cp
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
         base_grids = stage_grids(base_img_size, patch_sizes, strides)
@@ -157,7 +133,7 @@ class MixerMiT(BaseModule):
                                      kernel_size=patch_sizes[i], stride=strides[i],
                                      padding=patch_sizes[i] // 2, norm_cfg=norm_cfg)
             layer = ModuleList([
-                MixerEncoderLayer(width, build_mixer(mixers[i], **stage_args),
+                MixerLayer(width, build_mixer(mixers[i], **stage_args),
                                   feedforward_channels=mlp_ratio * width, drop_rate=drop_rate,
                                   drop_path_rate=dpr[cur + j], act_cfg=act_cfg, norm_cfg=norm_cfg,
                                   with_cp=with_cp) for j in range(num_layer)

@@ -10,19 +10,15 @@ References:
     Rao et al., "Global Filter Networks for Image Classification", NeurIPS 2021, arXiv:2107.00645
     (GFNet-XS: the same sizes without a class token, features averaged over the grid).
 
-Pipeline for an image of ``Hi x Wi``: a ``p x p`` stride-``p`` convolution embeds patches into a
-``H x W = ceil(Hi / p) x ceil(Wi / p)`` grid of C-channel tokens (inputs that do not divide are
-zero-padded at the bottom/right); a learned absolute position embedding, stored for the grid of
-``img_size`` and resized bicubically for other grids, is added; then ``num_layers`` pre-norm layers
-
-    x = x + DropPath(mixer(LN(x), (H, W)))
-    x = x + DropPath(W2 GELU(W1 LN(x)))        (W1: C -> mlp_ratio C, W2 back)
-
-and a final LayerNorm. There is no class token: the mixers act on a grid, and classification
-averages the output map (mmpretrain's ``GlobalAveragePooling`` neck and ``LinearClsHead``), as
-GFNet does. Cost per layer: the mixer's ``flops`` plus ``2 * 2 * mlp_ratio * C^2 * H W`` (MLP).
+A ``p x p`` stride-``p`` convolution embeds an ``Hi x Wi`` image into an ``H x W = ceil(Hi / p) x
+ceil(Wi / p)`` grid of C-channel tokens (zero-padded at the bottom/right); a learned position
+embedding, stored for the grid of ``img_size`` and resized bicubically for other grids, is added;
+then ``num_layers`` pre-norm :class:`~.encoder_layer.MixerLayer` s with a point-wise MLP
+(``C -> mlp_ratio C -> C``, GELU) and a final LayerNorm. No class token: the mixers act on a grid,
+and classification averages the output map (mmpretrain's ``GlobalAveragePooling`` neck and
+``LinearClsHead``), as GFNet does. Cost per layer: the mixer's ``flops`` plus
+``2 * 2 * mlp_ratio * C^2 * H W`` (MLP).
 """
-import copy
 import math
 import warnings
 from collections.abc import Sequence
@@ -30,7 +26,6 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import constant_init, kaiming_init, trunc_normal_
 from mmpretrain.models.utils import resize_pos_embed
@@ -41,9 +36,9 @@ from ..engine.checkpoint import read_state_dict
 from ..engine.checkpoint_fit import load_state
 from ..registry import register_model
 from .encoder_layer import MixerLayer, init_mixer_weights
-from .stage import build_mixer, stage_arguments
+from .stage import build_mixer, mixer_list, stage_arguments
 
-__all__ = ['MixerViT', 'MixerViTLayer', 'VIT_ARCH_SETTINGS']
+__all__ = ['MixerViT', 'VIT_ARCH_SETTINGS']
 
 # DeiT's widths (Ti/S/B). 's' is the AFNO paper's Table 5 size (and GFNet-XS): 12 x 384.
 # ``num_heads`` only reaches mixers that take it (attention); Fourier mixers ignore it.
@@ -52,23 +47,6 @@ VIT_ARCH_SETTINGS = {
     's': dict(embed_dims=384, num_layers=12, num_heads=6),
     'b': dict(embed_dims=768, num_layers=12, num_heads=12),
 }
-
-
-class MixerViTLayer(MixerLayer):
-    """``x += DropPath(mixer(LN(x), hw))``; ``x += DropPath(MLP(LN(x)))``, the MLP point-wise.
-
-    Takes :class:`~afno_seg.backbones.encoder_layer.MixerLayer`'s arguments.
-    """
-
-    def build_ffn(self, embed_dims: int, feedforward_channels: int, drop_rate: float,
-                  dropout_layer: dict, act_cfg: dict) -> nn.Module:
-        # FFN adds the identity itself: ffn(y, identity=x) == x + DropPath(W2 act(W1 y)).
-        return FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
-                   ffn_drop=drop_rate, dropout_layer=dropout_layer, act_cfg=act_cfg,
-                   add_identity=True)
-
-    def apply_ffn(self, y: Tensor, hw_shape: tuple[int, int], identity: Tensor) -> Tensor:
-        return self.ffn(y, identity=identity)
 
 
 @register_model
@@ -140,13 +118,8 @@ class MixerViT(BaseModule):
             raise ValueError(f'out_indices {tuple(out_indices)} must lie in '
                              f'[-{self.num_layers}, {self.num_layers})')
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
-        mixers = copy.deepcopy(mixers) if mixers is not None else dict(type='AFNOMixer')
-        if isinstance(mixers, dict):
-            mixers = [mixers] * self.num_layers
-        if isinstance(mixers, str) or not isinstance(mixers, Sequence) or \
-                len(mixers) != self.num_layers:
-            raise ValueError(f'mixers must be one dict or a list of num_layers={self.num_layers} '
-                             'dicts')
+        mixers = mixer_list(dict(type='AFNOMixer') if mixers is None else mixers, self.num_layers,
+                            'num_layers')
         self.final_norm, self.with_cp = final_norm, with_cp
 
         self.patch_embed = PatchEmbed(in_channels=in_channels, embed_dims=self.embed_dims,
@@ -160,10 +133,10 @@ class MixerViT(BaseModule):
                                      qkv_bias, attn_drop_rate, drop_rate, norm_cfg)
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         self.layers = ModuleList([
-            MixerViTLayer(self.embed_dims, build_mixer(mixers[i], **mixer_args),
-                          feedforward_channels=mlp_ratio * self.embed_dims, drop_rate=drop_rate,
-                          drop_path_rate=dpr[i], act_cfg=act_cfg, norm_cfg=norm_cfg,
-                          with_cp=with_cp) for i in range(self.num_layers)
+            MixerLayer(self.embed_dims, build_mixer(mixers[i], **mixer_args),
+                       feedforward_channels=mlp_ratio * self.embed_dims, drop_rate=drop_rate,
+                       drop_path_rate=dpr[i], act_cfg=act_cfg, norm_cfg=norm_cfg,
+                       with_cp=with_cp, mix_ffn=False) for i in range(self.num_layers)
         ])
         self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1] if final_norm else None
 

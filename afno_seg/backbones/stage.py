@@ -14,7 +14,7 @@ from ..mixers.base import TokenMixer
 from ..mixers.catalogue import registered_mixers
 from ..registry import MMSEG_MODELS
 
-__all__ = ['build_mixer', 'stage_arguments', 'stage_grids']
+__all__ = ['build_mixer', 'mixer_list', 'stage_arguments', 'stage_grids']
 
 
 def stage_arguments(embed_dims: int, num_heads: int = 1, sr_ratio: int = 1,
@@ -41,6 +41,15 @@ def stage_grids(img_size: int | Sequence[int], patch_sizes: Sequence[int] = (7, 
         grid = tuple((n + 2 * (kernel // 2) - kernel) // stride + 1 for n in grid)
         grids.append(grid)
     return grids
+
+
+def mixer_list(mixers: dict | Sequence[dict], count: int, name: str) -> list[dict]:
+    """A backbone's ``mixers`` argument as one config per stage (``name=count`` of them)."""
+    if isinstance(mixers, dict):
+        return [mixers] * count
+    if isinstance(mixers, str) or not isinstance(mixers, Sequence) or len(mixers) != count:
+        raise ValueError(f'mixers must be one dict or a list of {name}={count} dicts')
+    return list(mixers)
 
 
 def build_mixer(cfg: dict, **stage_args) -> nn.Module:

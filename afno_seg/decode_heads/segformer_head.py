@@ -2,22 +2,18 @@
 same function, a third of the work.
 
 mmseg's head projects each backbone map ``x_i`` to ``C`` channels (``p_i = P_i x_i``, a 1x1
-ConvModule), resizes all to the first (finest) map's size (``up``), concatenates them and fuses
-with a 1x1 conv ``W`` of shape ``(C, n C)`` followed by norm and activation::
+ConvModule), resizes all to the finest map's size (``up``), concatenates them and fuses with a
+1x1 conv ``W`` of shape ``(C, n C)``, norm and activation::
 
     y = act(norm(W cat_i up(p_i))) = act(norm(sum_i up(W_i p_i)))
 
-``W_i`` is the i-th ``C``-column block of ``W``. The second form holds because a 1x1 conv mixes
-channels at each pixel and ``up`` (any ``F.interpolate`` mode) maps each channel's plane
-linearly: the two commute. So each block is applied at its input's own resolution and the
-``(n C, H/4, W/4)`` concatenation is never built.
-
-Cost of the fusion, ``C^2 sum_i |x_i|`` multiply-adds instead of ``n C^2 |x_1|``: SegFormer-B3 at
-1024x1024 (``C = 768``, maps 256², 128², 64², 32²) 51.3 instead of 154.6 GMAC, and no
-concatenation of 0.8 GB (fp32). Values equal mmseg's up to float rounding, in training (batch
-statistics) and inference, parameters and gradients included (``tests/test_decode_head.py``);
-the state dict is mmseg's, so checkpoints load either way. Measurements: ``BENCHMARKS.md``
-("Whole B3 models at 512x1024").
+with ``W_i`` the i-th ``C``-column block of ``W``: a 1x1 conv mixes channels at each pixel and
+``up`` (any ``F.interpolate`` mode) maps each channel's plane linearly, so the two commute; each
+block runs at its input's own resolution and the ``(n C, H/4, W/4)`` concatenation is never
+built. Fusion cost ``C^2 sum_i |x_i|`` multiply-adds instead of ``n C^2 |x_1|`` (SegFormer-B3 at
+1024x1024, ``C = 768``: 51.3 instead of 154.6 GMAC, and no 0.8 GB fp32 concatenation). The state
+dict is mmseg's; values, gradients included, equal mmseg's up to float rounding in training and
+inference (``tests/test_decode_head.py``). Timings: ``BENCHMARKS.md`` ("Whole B3 models").
 """
 import torch.nn.functional as F
 from mmseg.models.decode_heads import SegformerHead

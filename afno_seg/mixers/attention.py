@@ -81,9 +81,7 @@ class EfficientSelfAttentionMixer(TokenMixer):
             self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
 
     def reduce(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        """Key/value tokens ``(B, M, C)``: strided conv then norm, or ``x`` itself if ``s == 1``."""
-        if self.sr_ratio == 1:
-            return x
+        """Key/value tokens ``(B, M, C)`` for ``s > 1``: strided conv then norm."""
         height, width = hw_shape
         if height < self.sr_ratio or width < self.sr_ratio:
             raise ValueError(f'grid {tuple(hw_shape)} is smaller than sr_ratio {self.sr_ratio}')

@@ -64,15 +64,13 @@ class AxialAttentionMixer(TokenMixer):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop_rate)
 
-    def _attend_along_axis(self, x: Tensor, hw_shape: tuple[int, int], qkv: nn.Linear,
-                           axis: int) -> Tensor:
-        """Attention along grid axis ``axis`` (1 = H, 2 = W) of ``(B, N, C)`` tokens.
-
-        Returns the concatenated heads ``(B, N, C)`` (no output projection).
-        """
+    def attend(self, x: Tensor, hw_shape: tuple[int, int], axis: int) -> Tensor:
+        """One pass: attention along grid axis ``axis`` (1: H, each column within itself; 2: W,
+        each row) of ``(B, N, C)`` tokens, heads concatenated ``(B, N, C)``, no projection."""
         height, width = self.check_tokens(x, hw_shape)
         batch, _, channels = x.shape
         heads = self.num_heads
+        qkv = self.qkv_height if axis == 1 else self.qkv_width
         # (B, H, W, 3, heads, d): index 3 selects q, k or v.
         qkv_grid = qkv(x).view(batch, height, width, 3, heads, channels // heads)
         # Put the attended axis next to the head dim and fold the other grid axis into the batch.
@@ -87,17 +85,9 @@ class AxialAttentionMixer(TokenMixer):
         out = out.permute(0, 3, 1, 2, 4) if axis == 1 else out.permute(0, 1, 3, 2, 4)
         return out.reshape(batch, height * width, channels)
 
-    def attend_along_height(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        """First pass: each column attends within itself. ``(B, N, C) -> (B, N, C)``."""
-        return self._attend_along_axis(x, hw_shape, self.qkv_height, axis=1)
-
-    def attend_along_width(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        """Second pass: each row attends within itself. ``(B, N, C) -> (B, N, C)``."""
-        return self._attend_along_axis(x, hw_shape, self.qkv_width, axis=2)
-
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         """Height pass, width pass, output projection: ``(B, N, C) -> (B, N, C)``, no residual."""
-        mixed = self.attend_along_width(self.attend_along_height(x, hw_shape), hw_shape)
+        mixed = self.attend(self.attend(x, hw_shape, axis=1), hw_shape, axis=2)
         return self.proj_drop(self.proj(mixed))
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:

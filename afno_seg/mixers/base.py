@@ -37,7 +37,7 @@ class TokenMixer(BaseModule):
         init_cfg (dict, optional): mmengine initialisation config. Default: None.
     """
 
-    #: Short name -> :class:`Variant` (or a plain dict of arguments, labelled by its name).
+    #: Short name -> :class:`Variant`.
     variants: ClassVar[dict] = {}
     #: Small constructor arguments besides ``embed_dims=16`` for the test suites (any grid >= 1).
     example_args: ClassVar[dict] = {}

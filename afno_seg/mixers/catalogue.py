@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass
 
 from ..registry import MMSEG_MODELS
-from .base import TokenMixer, Variant
+from .base import TokenMixer
 
 __all__ = ['MixerVariant', 'base_config_text', 'catalogue_markdown', 'declared', 'find_variant',
            'is_spectral', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
@@ -68,8 +68,6 @@ def mixer_catalogue(include_unlisted: bool = False) -> list[MixerVariant]:
     entries, seen = [], {}
     for cls in mixer_classes():
         for name, variant in declared(cls, 'variants').items():
-            if not isinstance(variant, Variant):
-                variant = Variant(label=name, args=dict(variant))
             if name in seen:
                 raise ValueError(f'mixer variant {name!r} is declared by both {seen[name]} and '
                                  f'{cls.__name__}; rename one of them')

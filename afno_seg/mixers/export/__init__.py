@@ -37,7 +37,8 @@ def _stacked(real: Tensor, imag: Tensor) -> Tensor:
     return torch.cat([torch.cat([real, imag], -1), torch.cat([-imag, real], -1)], -2)
 
 
-def _afno(mixer, x: Tensor, hw_shape, matmul: bool) -> Tensor:
+def afno_op(mixer, x: Tensor, hw_shape: tuple[int, int], matmul: bool = False) -> Tensor:
+    """AFNO's block MLP on the stacked modes; transforms by ``torch.fft``, or as matmuls."""
     band = mixer.band(hw_shape)
     spectrum = _modes(x, hw_shape, band, matmul)
     w1, b1, w2, b2 = (weight.to(x.dtype) for weight in mixer.weights())
@@ -57,7 +58,8 @@ def _afno(mixer, x: Tensor, hw_shape, matmul: bool) -> Tensor:
     return x + _tokens(from_blocks(out, spectrum), hw_shape, band, matmul)
 
 
-def _fno(mixer, x: Tensor, hw_shape, matmul: bool) -> Tensor:
+def fno_op(mixer, x: Tensor, hw_shape: tuple[int, int], matmul: bool = False) -> Tensor:
+    """FNO's per-mode weights on the stacked modes; transforms by ``torch.fft``, or as matmuls."""
     band = mixer.band(hw_shape)
     data = _modes(x, hw_shape, band, matmul, factored=False).data  # (B, 2, R, cols, C)
     batch, _, rows, cols, channels = data.shape
@@ -79,17 +81,9 @@ def fnet_matmul(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     return fnet_real(grid, mixer.transform).reshape(x.shape)
 
 
-def afno_op(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    return _afno(mixer, x, hw_shape, matmul=False)
-
-
 def afno_matmul(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    return _afno(mixer, x, hw_shape, matmul=True)
-
-
-def fno_op(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    return _fno(mixer, x, hw_shape, matmul=False)
+    return afno_op(mixer, x, hw_shape, matmul=True)
 
 
 def fno_matmul(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    return _fno(mixer, x, hw_shape, matmul=True)
+    return fno_op(mixer, x, hw_shape, matmul=True)

@@ -16,21 +16,19 @@ So :func:`rfft2_grid` is two products (W real -> complex, H complex -> complex),
 :func:`irfft2_grid` the same backwards. Cost per channel and grid point, direct: ``2 cols``
 multiply-adds along W, ``4 rows cols / W`` along H; a truncated band costs what it keeps.
 
-**Factored axes** (Cooley-Tukey as two products, :func:`split_factor` ``n = n1 n2``,
-``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
+**Factored axes** (full bands of the sizes in ``FACTORED_FROM``; Cooley-Tukey as two products,
+:func:`split_factor` ``n = n1 n2``, ``m = n2 m1 + m2``, ``k = k1 + n1 k2``)::
 
     A[k1, m2] = sum_m1 x[n2 m1 + m2] exp(-2 pi i m1 k1 / n1)                 one product
     X[k1, k2] = sum_m2 A[k1, m2] exp(-2 pi i m2 (k1 + n1 k2) / n)            one per k1
 
 the twiddle folded into the second product: ``4 (n1 + n2)`` multiply-adds a point instead of
-``4 n`` (H), ``2 n1 + 4 ceil(cols / n1)`` instead of ``2 cols`` (W). The output comes in the
-order ``(k1, k2)``; :class:`Stacked` records it, the inverse returns the natural order, and the
-per-mode work in between takes the modes in any order (GFN's filter is reordered to match).
-Full bands only, from the sizes in ``FACTORED_FROM``.
+``4 n`` (H), ``2 n1 + 4 ceil(cols / n1)`` instead of ``2 cols`` (W). The modes come in the order
+``(k1, k2)`` (:class:`Stacked` records it), which the per-mode work takes as it is (GFN's filter
+is reordered to match); the inverse returns the natural order.
 
-Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (float64 tests,
-``tests/test_dft_matmul.py``); constants are built in float64 from exact integer products mod n
-and cast. Timings and the factoring rule: ``BENCHMARKS.md`` ("DFT as matmuls").
+Values equal ``torch.fft`` (``norm='ortho'``) within float rounding (``tests/test_dft_matmul.py``,
+float64); constants are built in float64 from exact integer products mod n, then cast.
 """
 import math
 from dataclasses import dataclass
@@ -40,8 +38,9 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ['FACTORED_FROM', 'Stacked', 'filter_modes', 'from_blocks', 'hermitian_weight',
-           'irfft2_grid', 'phase', 'rfft2_grid', 'split_factor', 'to_blocks', 'use_factored']
+__all__ = ['FACTORED_FROM', 'Stacked', 'axis_factor', 'filter_modes', 'from_blocks',
+           'hermitian_weight', 'irfft2_grid', 'phase', 'rfft2_grid', 'split_factor', 'to_blocks',
+           'use_factored']
 
 FACTORED_MIN = 4  # both factors at least this (a factor of 2 or 3 leaves matmuls too thin)
 
@@ -72,14 +71,11 @@ def hermitian_weight(freqs: Tensor, n: int, cols: int) -> Tensor:
 
 @dataclass(frozen=True)
 class Stacked:
-    """A stacked spectrum of a channels-last grid.
-
-    ``data`` is ``(B, 2, R, cols, C)`` (``factor`` None: rows in the band's gather order) or
-    ``(B, n1, 2, n2, cols, C)`` (``factor = (n1, n2)``, full band: row ``k = k1 + n1 k2`` at
-    ``[k1, :, k2]``); the axis of 2 holds the real and imaginary parts. With ``w_factor =
-    (n1, n2)`` the columns are ``k1 + n1 k2`` at ``k1 k2w + k2`` (``k2w = ceil(cols / n1)``,
-    so some lie past the band's last column; the inverse ignores them).
-    """
+    """A stacked spectrum of a channels-last grid: ``data (B, 2, R, cols, C)`` (``factor`` None:
+    rows in the band's gather order) or ``(B, n1, 2, n2, cols, C)`` (``factor = (n1, n2)``: row
+    ``k = k1 + n1 k2`` at ``[k1, :, k2]``); the axis of 2 holds the real and imaginary parts.
+    With ``w_factor = (n1, n2)`` column ``k1 + n1 k2`` is at ``k1 k2w + k2`` (``k2w = ceil(cols
+    / n1)``, so some lie past the band's last column; the inverse ignores them)."""
     data: Tensor
     factor: tuple[int, int] | None
     w_factor: tuple[int, int] | None = None
@@ -90,10 +86,8 @@ class Stacked:
 
 
 # A full-band axis is factored from this size up (and when it splits into factors >= 4,
-# :func:`split_factor`), by measurement (BENCHMARKS.md, "DFT as matmuls"): H at 32
-# and 64 ran faster factored, W at 128 slower (its second product is a batch of B H n1 small
-# GEMMs against one large direct one), at 256 faster. FNet's C and its complex middle axis (H
-# channels-first, W channels-last) at 64 faster, at 32 slower.
+# :func:`split_factor`): the sizes where factoring measured faster (BENCHMARKS.md, "DFT as
+# matmuls"; a factored W's second product is a batch of B H n1 small GEMMs).
 FACTORED_FROM = {'h': 32, 'w': 256, 'c': 64, 'fnet_h': 64, 'fnet_w': 64}
 
 
@@ -101,6 +95,15 @@ def use_factored(n: int, axis: str) -> bool:
     """Whether a full-band axis of ``n`` points (``'h'``, ``'w'``, or FNet's ``'c'``,
     ``'fnet_h'``, ``'fnet_w'``) takes the factored form."""
     return split_factor(n) is not None and n >= FACTORED_FROM[axis]
+
+
+def axis_factor(n: int, axis: str, factored: bool | None) -> tuple[int, int] | None:
+    """``(n1, n2)`` when a full-band axis of ``n`` points is factored, else None; ``factored``
+    forces the factored form (where ``n`` splits) or the direct one, None asks
+    :func:`use_factored`."""
+    if factored is None:
+        factored = use_factored(n, axis)
+    return split_factor(n) if factored else None
 
 
 def _block(real: Tensor, imag: Tensor) -> Tensor:
@@ -138,15 +141,13 @@ def _build(kind: str, n: int, a: int, b: int) -> Tensor:
         'h'       (2R, 2H)         H direct, rows (part, r) (a, b = n_low, n_high)
         'h_inv'   (2H, 2R)         its inverse, rows (h, part)
         'real_rows'     (2a, a)    a-point DFT of a real input, rows (k, part)
-        'complex_rows'  (2n, 2n)   n-point DFT, rows (k, part)
         'real_part_fourier' ('_hartley')  (2n, n)  Re (Re - Im) of an n-point DFT
       factored, (a, b) = (n1, n2):
-        'f1'  (2 n1, 2 n1)         first DFT, rows (k1, part); 'g1' the inverse's last, (m1, part)
+        'f1'  (2 n1, 2 n1)         first DFT, rows (k1, part) (a = n: the direct n-point DFT);
+                                   'g1' the inverse's last, rows (m1, part)
         'f2'  (n1, 2 n2, 2 n2)     second DFT with the twiddle, per k1, rows (part, k2);
-                                   'f2_rows' rows (k2, part)
+                                   'f2_rows' rows (k2, part); 'wf2' W's, k2 < ceil(cols / n1)
         'g2'  (2, n1, n2, 2 n2)    the inverse's first, per k1: [part, k1, m2, (part, k2)]
-        'wf2' (n1, 2 k2w, 2 n2)    W real -> complex, second DFT, per k1, rows (part, k2),
-                                   k2 < k2w = ceil(cols / n1)
         'wg2' (n1, 2 n2, 2 k2w)    W inverse, first, per k1, rows (part, m2), the Hermitian
                                    weights folded in
         'wg1' (n1, 2 n1)           W inverse, last, real part only, columns (k1, part)
@@ -173,9 +174,6 @@ def _build(kind: str, n: int, a: int, b: int) -> Tensor:
     if kind == 'real_rows':
         cos, sin = phase(torch.arange(a), torch.arange(a), a, -1.0)
         return torch.stack([cos, sin], dim=1).reshape(2 * a, a) * scale
-    if kind == 'complex_rows':
-        cos, sin = phase(torch.arange(n), torch.arange(n), n, -1.0)
-        return _block(cos, sin).transpose(0, 1).reshape(2 * n, 2 * n) * scale
     if kind.startswith('real_part'):  # Re(z e^{-i t}) = zr cos t + zi sin t; Hartley: Re - Im
         cos, sin = phase(torch.arange(n), torch.arange(n), n, 1.0)
         if kind.endswith('hartley'):
@@ -185,43 +183,30 @@ def _build(kind: str, n: int, a: int, b: int) -> Tensor:
     if kind in ('f1', 'g1'):
         cos, sin = phase(torch.arange(n1), torch.arange(n1), n1, -1.0 if kind == 'f1' else 1.0)
         return _block(cos * scale, sin * scale).transpose(0, 1).reshape(2 * n1, 2 * n1)
-    if kind in ('f2', 'f2_rows'):
-        block = _block(*_twiddled(n, n1, n2, n2, -1.0))  # (k1, 2, k2, 2, m2)
+    cols = n // 2 + 1  # of a factored W: full band
+    k2w = -(-cols // n1)
+    if kind in ('f2', 'f2_rows', 'wf2'):
+        count = k2w if kind == 'wf2' else n2
+        block = _block(*_twiddled(n, n1, count, n2, -1.0))  # (k1, 2, k2, 2, m2)
         if kind == 'f2_rows':
             block = block.transpose(1, 2)
-        return block.reshape(n1, 2 * n2, 2 * n2)
+        return block.reshape(n1, 2 * count, 2 * n2)
     if kind == 'g2':
         cos, sin = _twiddled(n, n1, n2, n2, 1.0)  # (k1, k2, m2)
         block = _block(cos.mT, sin.mT)  # (k1, 2, m2, 2, k2)
         return block.transpose(0, 1).reshape(2, n1, n2, 2 * n2)
-    cols = n // 2 + 1  # factored W: full band
-    k2w = -(-cols // n1)
-    if kind == 'wf2':
-        return _block(*_twiddled(n, n1, k2w, n2, -1.0)).reshape(n1, 2 * k2w, 2 * n2)
     if kind == 'wg2':
         cos, sin = _twiddled(n, n1, k2w, n2, 1.0)  # (k1, k2, m2)
         weight = hermitian_weight(torch.arange(n1)[:, None] + n1 * torch.arange(k2w), n, cols)
         block = _block((cos * weight[..., None]).mT, (sin * weight[..., None]).mT)
         return block.reshape(n1, 2 * n2, 2 * k2w)  # (k1, 2, m2, 2, k2)
-    if kind == 'wg1':
-        cos, sin = phase(torch.arange(n1), torch.arange(n1), n1, 1.0)
-        return torch.stack([cos, -sin], dim=2).reshape(n1, 2 * n1) * scale
+    if kind == 'wg1':  # the inverse DFT's real part: the conjugate's, transposed
+        return _build('real_rows', n, n1, 0).mT
     raise ValueError(f'unknown matrix kind {kind!r}')
 
 
 def _get(kind: str, n: int, a: int, b: int, like: Tensor) -> Tensor:
     return _matrix(kind, n, a, b, like.dtype, like.device)
-
-
-def _axis_factor(n: int, full_band: bool, axis: str,
-                 factored: bool | None) -> tuple[int, int] | None:
-    """``(n1, n2)`` when an axis of ``n`` points (``'h'`` or ``'w'``) takes the factored form
-    (full bands only; ``factored=None``: :func:`use_factored` decides), else None."""
-    if not full_band or split_factor(n) is None:
-        return None
-    if factored is None:
-        factored = use_factored(n, axis)
-    return split_factor(n) if factored else None
 
 
 def rfft2_grid(grid: Tensor, band, factored: bool | None = None) -> Stacked:
@@ -237,11 +222,12 @@ def rfft2_grid(grid: Tensor, band, factored: bool | None = None) -> Stacked:
         Stacked: The modes, in the layout it records.
     """
     batch, height, width, channels = grid.shape
-    w_factor = _axis_factor(band.width, band.n_cols == band.width // 2 + 1, 'w', factored)
+    w_full = band.n_cols == band.width // 2 + 1
+    w_factor = axis_factor(band.width, 'w', factored) if w_full else None
     spectrum = _rdft_w(grid, band.n_cols, w_factor)  # (B, 2, H, cols, C)
     cols = spectrum.shape[-2]
     flat = spectrum.reshape(batch, 2 * height, cols * channels)  # (part, h) stacked
-    factor = _axis_factor(band.height, band.n_rows == band.height, 'h', factored)
+    factor = axis_factor(band.height, 'h', factored) if band.n_rows == band.height else None
     if factor is None:
         out = _get('h', height, band.n_low, band.n_high, grid) @ flat
         return Stacked(out.reshape(batch, 2, band.n_rows, cols, channels), None, w_factor)
@@ -305,12 +291,8 @@ def irfft2_grid(spectrum: Stacked, hw_shape: tuple[int, int], band) -> Tensor:
 def to_blocks(spectrum: Stacked, num_blocks: int) -> Tensor:
     """The modes as ``(B, k, M, 2 d)`` (channels ``C = k d`` in blocks; per mode the block's d
     real parts, then its d imaginary parts; M modes in the spectrum's order), for AFNO's block
-    MLP.
-
-    Two transposes, each moving one axis (the block axis out, then the part axis in): in
-    onnxruntime that ran about twice as fast as the one transpose that moves both (at d = 8,
-    runs of 32 bytes).
-    """
+    MLP. Two transposes, each moving one axis (the block axis out, then the part axis in): in
+    onnxruntime faster than one that moves both (``BENCHMARKS.md``)."""
     data = spectrum.data
     batch, channels = data.shape[0], data.shape[-1]
     width = channels // num_blocks
@@ -321,16 +303,13 @@ def to_blocks(spectrum: Stacked, num_blocks: int) -> Tensor:
 
 
 def from_blocks(blocks: Tensor, like: Stacked) -> Stacked:
-    """Inverse of :func:`to_blocks` into ``like``'s layout."""
+    """Inverse of :func:`to_blocks` into ``like``'s layout, one transpose."""
     data = like.data
-    batch, num_blocks = blocks.shape[:2]
     rest = [size for axis, size in enumerate(data.shape[1:-1], 1) if axis != like.part_axis]
-    grid = blocks.reshape(batch, num_blocks, *rest, 2, blocks.shape[-1] // 2)
-    # grid axes: 0 B, 1 k, 2.. the mode axes, then part, d; back to (B, ..., part, ..., k, d)
-    order = [0] + [2 + i for i in range(len(rest))]
-    order.insert(like.part_axis, 2 + len(rest))
-    order += [1, 3 + len(rest)]
-    return Stacked(grid.permute(order).reshape(data.shape), like.factor, like.w_factor)
+    grid = blocks.reshape(*blocks.shape[:2], *rest, 2, blocks.shape[-1] // 2)
+    # (B, k, ..., part, d) -> (B, ..., part at its axis, ..., k, d)
+    grid = grid.movedim((1, -2), (-2, like.part_axis))
+    return Stacked(grid.reshape(data.shape), like.factor, like.w_factor)
 
 
 def filter_modes(spectrum: Stacked, kernel: Tensor) -> Stacked:

@@ -6,33 +6,20 @@ within float rounding (``tests/test_dft_matmul.py``).
 """
 from torch import Tensor
 
-from .dft import _get, split_factor, use_factored
+from .dft import _get, axis_factor
 
 __all__ = ['fnet_real']
 
 
-def _real_axis(x: Tensor, factor: tuple[int, int] | None) -> Tensor:
-    """The DFT of a real ``(P, n, N)`` along n -> ``(P, n, 2, N)``, rows ``(k1, k2)`` when
-    factored: ``2n`` multiply-adds a point, factored ``2 n1 + 4 n2``."""
-    batch, n, cols = x.shape
-    if factor is None:
-        return (_get('real_rows', n, n, 0, x) @ x).reshape(batch, n, 2, cols)
-    n1, n2 = factor
-    first = _get('real_rows', n, n1, 0, x) @ x.reshape(batch, n1, n2 * cols)
-    out = _get('f2_rows', n, n1, n2, x) @ first.reshape(batch, n1, 2 * n2, cols)
-    return out.reshape(batch, n, 2, cols)
-
-
-def _complex_axis(y: Tensor, factor: tuple[int, int] | None) -> Tensor:
-    """The DFT of a stacked ``(P, 2, n, N)`` along n -> ``(P, n, 2, N)``: ``4n`` multiply-adds a
-    point, factored ``4 (n1 + n2)``."""
-    batch, _, n, cols = y.shape
-    if factor is None:
-        return (_get('complex_rows', n, 0, 0, y) @ y.reshape(batch, 2 * n, cols)).reshape(
-            batch, n, 2, cols)
-    n1, n2 = factor
-    first = _get('f1', n, n1, n2, y) @ y.reshape(batch, 2 * n1, n2 * cols)
-    out = _get('f2_rows', n, n1, n2, y) @ first.reshape(batch, n1, 2 * n2, cols)
+def _axis(x: Tensor, n: int, factor: tuple[int, int] | None, real: bool) -> Tensor:
+    """The DFT along n of a real ``(P, n, N)`` or a stacked ``(P, 2, n, N)`` -> ``(P, n, 2, N)``,
+    rows ``(k1, k2)`` when factored: ``2n`` (real) or ``4n`` multiply-adds a point, factored
+    ``2 n1 + 4 n2`` or ``4 (n1 + n2)``."""
+    batch, cols = x.shape[0], x.shape[-1]
+    n1, n2 = factor or (n, 1)
+    out = _get('real_rows' if real else 'f1', n, n1, n2, x) @ x.reshape(batch, -1, n2 * cols)
+    if factor is not None:
+        out = _get('f2_rows', n, n1, n2, x) @ out.reshape(batch, n1, 2 * n2, cols)
     return out.reshape(batch, n, 2, cols)
 
 
@@ -43,10 +30,8 @@ def _fnet_plan(shape: tuple[int, ...], factored: bool | None, layout: str | None
     _, height, width, channels = shape
 
     def factor(n: int, axis: str, real: bool) -> tuple[int, int] | None:
-        split = split_factor(n)
-        if split is None or not (use_factored(n, axis) if factored is None else factored):
-            return None
-        return split[::-1] if real else split  # real first: 2 n1 + 4 n2, the larger first
+        split = axis_factor(n, axis, factored)
+        return split[::-1] if real and split else split  # real: 2 n1 + 4 n2, the larger first
 
     def cost(n: int, split, real: bool) -> int:
         if split is None:
@@ -80,28 +65,26 @@ def fnet_real(grid: Tensor, transform: str = 'fourier', factored: bool | None = 
         grid (Tensor): ``(B, H, W, C)``.
         transform (str): ``'fourier'`` or ``'hartley'``. Default: 'fourier'.
         factored (bool, optional): Force (True) or forbid (False) factoring; None:
-            :func:`use_factored`. Default: None.
+            :func:`.dft.use_factored`. Default: None.
         layout (str, optional): ``'last'`` or ``'first'``; None: the cheaper. Default: None.
     """
     batch, height, width, channels = grid.shape
     plan, axes, real_factor, inner_factor = _fnet_plan(grid.shape, factored, layout)
     if plan == 'last':  # (B, H, W C) -> (B H, 2, W, C) -> (B, H, W, 2 C)
-        y = _real_axis(grid.reshape(batch, height, width * channels), real_factor)
-        z = _complex_axis(y.reshape(batch * height, 2, width, channels), inner_factor)
+        y = _axis(grid.reshape(batch, height, width * channels), height, real_factor, True)
+        z = _axis(y.reshape(batch * height, 2, width, channels), width, inner_factor, False)
     else:  # (B, C, H W) -> (B C, 2, H, W) -> (B, C, H, 2 W)
         x = grid.reshape(batch, height * width, channels).transpose(1, 2)
-        y = _real_axis(x, real_factor)
-        z = _complex_axis(y.reshape(batch * channels, 2, height, width), inner_factor)
+        y = _axis(x, channels, real_factor, True)
+        z = _axis(y.reshape(batch * channels, 2, height, width), height, inner_factor, False)
     out = z.reshape(batch, axes[0], axes[1], 2 * axes[2]) @ _get(f'real_part_{transform}',
                                                                   axes[2], 0, 0, z)
     # the factored axes from (k1, k2) to k = k1 + n1 k2 (a transpose of runs of the last axis)
-    first_axes = list(real_factor) if real_factor else [axes[0]]
-    second_axes = list(inner_factor) if inner_factor else [axes[1]]
-    out = out.reshape(batch, *first_axes, *second_axes, axes[2])
+    first_axes = real_factor or (axes[0], )
+    out = out.reshape(batch, *first_axes, *(inner_factor or (axes[1], )), axes[2])
     if real_factor or inner_factor:
-        first = list(range(1, 1 + len(first_axes)))
-        second = list(range(1 + len(first_axes), out.dim() - 1))
-        out = out.permute(0, *reversed(first), *reversed(second), out.dim() - 1)
+        split, last = len(first_axes), out.dim() - 1
+        out = out.permute(0, *range(split, 0, -1), *range(last - 1, split, -1), last)
     if plan == 'last':
         return out.reshape(grid.shape)
     # back to channels-last: a 2-D transpose (onnxruntime's fast one, unlike a 6-D one)
