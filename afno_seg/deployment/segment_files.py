@@ -43,7 +43,7 @@ from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader
 
 from ..engine.atomic_io import atomic_write, remove_stale_temp_files
-from ..engine.distributed import _is_running
+from ..engine.distributed import process_running
 from ..engine.errors import UserError
 from .inputs import InputFile, read_image, read_video_frames, video_frame_count
 from .outputs import VideoOverlayWriter, overlay, to_label_ids, write_png
@@ -250,7 +250,7 @@ def _died(journal: str) -> bool:
             first = json.loads(file.readline())
     except (OSError, ValueError):  # not started yet, or writing its first line
         return False
-    return first['host'] == socket.gethostname() and not _is_running(first['pid'])
+    return first['host'] == socket.gethostname() and not process_running(first['pid'])
 
 
 def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str,
