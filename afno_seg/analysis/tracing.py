@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
+from ..mixers.forms import use_form
+
 __all__ = ['inline_autograd_functions', 'shape_only_attention', 'tracing_for_flops']
 
 
@@ -70,7 +72,8 @@ def inline_autograd_functions() -> Iterator[None]:
 @contextmanager
 def tracing_for_flops(attention_stand_in: bool = False) -> Iterator[None]:
     """The context every count here runs in: no autograd, custom Functions inline
-    (:func:`inline_autograd_functions`) and, optionally, :func:`shape_only_attention`."""
-    with torch.no_grad(), inline_autograd_functions(), (
+    (:func:`inline_autograd_functions`), the mixers' formulas (their fast forms are custom ops
+    the tracer cannot see into) and, optionally, :func:`shape_only_attention`."""
+    with torch.no_grad(), inline_autograd_functions(), use_form('reference'), (
             shape_only_attention() if attention_stand_in else nullcontext()):
         yield
