@@ -200,7 +200,7 @@ def test_first_guess_of_the_growth_is_the_analytic_flop_exponent():
 
 
 def test_cpu_memory_sees_torch_allocations():
-    """held = what the forward leaves for backward (here its output, 4 MB); peak >= held."""
+    """held = what the forward saves for backward (here its output, 4 MB); peak >= held."""
     x = torch.randn(1024, 1024, requires_grad=True)
     candidate = benchmarking.Candidate('exp', lambda: x.exp(), [x], torch.ones(1024, 1024))
     peak, held = benchmarking.measure_memory(candidate, 'cpu')

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ['SavedTensorBytes', 'build_for_step', 'cpu_peak', 'fake_saved_bytes', 'random_batch',
+__all__ = ['SavedTensorBytes', 'build_for_step', 'fake_saved_bytes', 'peak_bytes', 'random_batch',
            'step_memory']
 
 
@@ -38,7 +38,17 @@ class SavedTensorBytes(torch.autograd.graph.saved_tensors_hooks):
         return tensor
 
 
-def cpu_peak(step: Callable[[], None]) -> float:
+def peak_bytes(step: Callable[[], None], device: torch.device | str) -> float:
+    """The most memory allocated while ``step()`` runs beyond what was allocated before it: on
+    CUDA ``max_memory_allocated``; on a CPU replayed from the profiler's allocation events (every
+    tensor torch allocates, not a library's internal buffers)."""
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.max_memory_allocated(device) - before)
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
@@ -55,19 +65,13 @@ def step_memory(step: Callable[[], None], model: torch.nn.Module,
     """Run ``step`` (a whole training step of ``model``) once; return ``peak_bytes`` (beyond what
     was allocated before it), ``saved_bytes`` (activations saved for backward) and
     ``before_bytes`` (allocated before it on CUDA; parameters and buffers on a CPU)."""
+    if device.type == 'cuda':
+        before = torch.cuda.memory_allocated(device)
+    else:
+        before = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     counter = SavedTensorBytes(model.parameters())
     with counter:
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-            before = torch.cuda.memory_allocated(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            step()
-            torch.cuda.synchronize(device)
-            peak = float(torch.cuda.max_memory_allocated(device) - before)
-        else:
-            before = sum(t.numel() * t.element_size()
-                         for t in [*model.parameters(), *model.buffers()])
-            peak = cpu_peak(step)
+        peak = peak_bytes(step, device)
     return dict(peak_bytes=peak, saved_bytes=float(counter.bytes), before_bytes=float(before))
 
 

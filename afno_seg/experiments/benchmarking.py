@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..analysis.memory import SavedTensorBytes, peak_bytes
+
 __all__ = ['DTYPES', 'Candidate', 'environment', 'error_text', 'fit_exponent', 'load_average',
            'markdown_table', 'measure_memory', 'paired_ratio', 'predict', 'prepare_run',
            'time_interleaved', 'write_csv']
@@ -61,38 +63,13 @@ def time_interleaved(candidates: list[Candidate], repeats: int, warmup: int,
 
 
 def measure_memory(candidate: Candidate, device: str) -> tuple[float, float]:
-    """``(peak, held)`` bytes of one fwd+bwd call beyond what existed before it; held: what the
-    forward leaves for the backward (the method: ``tools/analysis/benchmark_mixers.py``)."""
-    if device == 'cuda':
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        with candidate.autocast:
-            out = candidate.forward()
-        held = torch.cuda.memory_allocated() - base
-        torch.autograd.grad(out, candidate.inputs, candidate.grad_out.to(out.dtype))
-        del out
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base, held
-    from torch.profiler import ProfilerActivity, profile, record_function
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        with candidate.autocast:
-            out = candidate.forward()
-        with record_function('##backward##'):
-            torch.autograd.grad(out, candidate.inputs, candidate.grad_out.to(out.dtype))
-        del out
-    events = sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns())
-    backward_start = min((e.start_ns() for e in events if e.name() == '##backward##'),
-                         default=float('inf'))
-    current = peak = held = 0
-    for event in events:
-        if event.name() != '[memory]' or event.device_type() != torch.autograd.DeviceType.CPU:
-            continue
-        if event.start_ns() < backward_start:
-            held = current + event.nbytes()
-        current += event.nbytes()
-        peak = max(peak, current)
-    return float(peak), float(held)
+    """``(peak, held)`` bytes of one fwd+bwd call: peak beyond what existed before it, held the
+    tensors the forward saves for backward, its inputs and parameters left out
+    (:mod:`afno_seg.analysis.memory`)."""
+    held = SavedTensorBytes(candidate.inputs)
+    with held:
+        peak = peak_bytes(candidate.step, device)
+    return peak, float(held.bytes)
 
 
 def fit_exponent(tokens: list[float], seconds: list[float]) -> float:

@@ -21,10 +21,10 @@ Candidates:
                 elementwise pass each way), a linear-time reference for the scaling exponents.
     AFNO's floor = fft + the faster of the two matmuls, per round (separate calls, summed).
 
-Memory: on CUDA ``max_memory_allocated`` above what was allocated before the call; on CPU the
-profiler's allocation events (``profile_memory=True``; every tensor torch allocates, not MKL's
-internal FFT buffers): ``peak`` over forward+backward and ``held``, what the forward leaves
-allocated for the backward (saved tensors plus the output). Inputs and parameters not counted.
+Memory (``afno_seg.analysis.memory``): ``peak`` over forward+backward above what was allocated
+before the call, on CUDA ``max_memory_allocated``, on CPU the profiler's allocation events
+(``profile_memory=True``; every tensor torch allocates, not MKL's internal FFT buffers); ``held``,
+the tensors the forward saves for the backward. Inputs and parameters not counted.
 
 A point is skipped (recorded, not run) when its time predicted from the candidate's smaller grids
 exceeds ``--max-call-s`` or its memory ``--max-mem-gb``. Scaling exponents: least-squares slope of

@@ -44,7 +44,7 @@ import time
 
 import torch
 
-from afno_seg.analysis.memory import cpu_peak
+from afno_seg.analysis.memory import peak_bytes
 from afno_seg.decode_heads import HEADS
 from afno_seg.experiments.benchmarking import (
     environment,
@@ -185,18 +185,6 @@ def timed(fn, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def step_peak_bytes(entry: Entry, data: dict, device: torch.device) -> float:
-    """Peak memory of one training step beyond what was allocated before it."""
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        entry.train_step(data)
-        torch.cuda.synchronize(device)
-        return float(torch.cuda.max_memory_allocated(device) - base)
-    return cpu_peak(lambda: entry.train_step(data))  # what the profiler saw allocated at most
-
-
 def inference_inputs(entry: Entry, args, device: torch.device) -> torch.Tensor:
     data = entry.model.data_preprocessor(entry.batch(args), False)
     return data['inputs'].to(device)
@@ -232,7 +220,8 @@ def run(args: argparse.Namespace, device: torch.device, entries: list, failed: l
                   flush=True)
     if not args.no_memory:
         for entry in live:
-            entry.peak = step_peak_bytes(entry, entry.batch(args), device)
+            data = entry.batch(args)
+            entry.peak = peak_bytes(lambda: entry.train_step(data), device)
     if args.infer_iters:
         measure_inference([e for e in live], args, device)
 
