@@ -221,13 +221,13 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
                                                              capsys):
     from mmseg.apis import init_model
 
+    from afno_seg.deployment.model import load_segmentor
     from afno_seg.engine.checkpoint import read_state_dict
-    from afno_seg.experiments.spectrum_run import load_model
     check_checkpoint(str(trained))
     assert 'message_hub' in load_checkpoint_file(str(trained))
     assert len(read_state_dict(str(trained))) > 0
     init_model(Config.fromfile(TINY_CONFIG), str(trained), device='cpu')
-    load_model(TINY_CONFIG, str(trained))
+    load_segmentor(TINY_CONFIG, str(trained))  # tools/analysis/spectrum.py's loader
     code = run_tool(lambda: tool('tools/test.py').main([
         TINY_CONFIG, str(trained), '--work-dir', str(tmp_path / 'test'),
         *data_options(tiny_demo_data)]))

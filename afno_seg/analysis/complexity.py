@@ -13,6 +13,7 @@ import torch
 from ..backbones.stage import build_mixer, stage_arguments, stage_grids
 from ..mixers.catalogue import mixer_catalogue
 from .flops import NORM_OPS, count_mixer_flops
+from .report import markdown_table
 
 __all__ = ['build_stage1_mixer', 'mixer_sweep', 'plot_sweep', 'stage1_labels', 'sweep_markdown']
 
@@ -66,19 +67,19 @@ def _fmt(value: float | None) -> str:
     return f'{value:.4g}' if value < 1000 else f'{value:,.0f}'
 
 
+def _cell(record: dict) -> str:
+    return (f'{_fmt(record["analytic_gflops"])} / {_fmt(record["counted_gflops"])}'
+            + (' *' if record['attention'] == 'stand-in' else ''))
+
+
 def sweep_markdown(records: list[dict]) -> str:
     """One row per mixer, one column per grid: ``analytic / counted`` GFLOPs."""
     grids = sorted({r['tokens']: tuple(r['grid']) for r in records}.items())
-    header = ' | '.join(f'{h}x{w} ({n:,})' for n, (h, w) in grids)
-    lines = [f'| mixer (GFLOPs, analytic / counted) | {header} |',
-             '| --- |' + ' ---: |' * len(grids)]
     cells = {(r['mixer'], r['tokens']): r for r in records}
-    for label in dict.fromkeys(r['mixer'] for r in records):
-        row = [cells[label, tokens] for tokens, _ in grids]
-        lines.append(f'| {label} | ' + ' | '.join(
-            f'{_fmt(r["analytic_gflops"])} / {_fmt(r["counted_gflops"])}'
-            + (' *' if r['attention'] == 'stand-in' else '') for r in row) + ' |')
-    return '\n'.join(lines) + '\n'
+    rows = ([label, *(_cell(cells[label, tokens]) for tokens, _ in grids)]
+            for label in dict.fromkeys(r['mixer'] for r in records))
+    head = ['mixer (GFLOPs, analytic / counted)', *(f'{h}x{w} ({n:,})' for n, (h, w) in grids)]
+    return '\n'.join(markdown_table(head, rows, 'l' + 'r' * len(grids))) + '\n'
 
 
 def plot_sweep(records: list[dict], path: str, channels: int = 64) -> None:

@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-__all__ = ['breakdown_markdown', 'summarize', 'write_report']
+__all__ = ['breakdown_markdown', 'markdown_table', 'summarize', 'write_report']
 
 CONVENTION = (
     'GMACs: the count of mmengine\'s FlopAnalyzer (multiply-accumulates; its default estimates '
@@ -45,30 +45,39 @@ def _stage_label(group: str, stages: dict) -> str:
     return f'{group}: {grid} tokens, {info["channels"]} ch, {mixers}'
 
 
-def _row(label: str, component: str, params: float, macs: float, analytic=None, ops='') -> str:
-    analytic_text = '' if analytic is None else f'{analytic / 1e9:.3f}'
-    return (f'| {label} | {component} | {params / 1e6:.3f} | {macs / 1e9:.3f} | '
-            f'{2 * macs / 1e9:.3f} | {analytic_text} | {ops} |')
+def _cells(label: str, component: str, params: float, macs: float, analytic=None,
+           ops='') -> list[str]:
+    return [label, component, f'{params / 1e6:.3f}', f'{macs / 1e9:.3f}', f'{2 * macs / 1e9:.3f}',
+            '' if analytic is None else f'{analytic / 1e9:.3f}', ops]
+
+
+def markdown_table(head: list[str], rows, align: str = '') -> list[str]:
+    """Lines of a Markdown table: the header ``head``, then one line per row of cells; ``align``
+    has a letter per column, ``r`` right-aligns it (numbers)."""
+    rule = ''.join('---:|' if a == 'r' else '---|' for a in align.ljust(len(head)))
+    return ['| ' + ' | '.join(head) + ' |', '|' + rule,
+            *('| ' + ' | '.join(map(str, cells)) + ' |' for cells in rows)]
 
 
 def breakdown_markdown(result: dict, title: str) -> str:
     """The per-stage / head / total table as Markdown, with the convention and the summary."""
-    lines = [f'### {title}', '', CONVENTION, '',
-             '| part | component | params (M) | GMACs | GFLOPs | analytic GFLOPs | counted ops |',
-             '| --- | --- | ---: | ---: | ---: | ---: | --- |']
+    rows = []
     for group in dict.fromkeys(row['group'] for row in result['rows']):
-        rows = [row for row in result['rows'] if row['group'] == group]
+        parts = [row for row in result['rows'] if row['group'] == group]
         label = _stage_label(group, result.get('stages', {}))
-        for row in rows:
-            lines.append(_row(label, row['component'], row['params'], row['macs'],
-                              row.get('analytic_flops'), ', '.join(row['ops'])))
+        for row in parts:
+            rows.append(_cells(label, row['component'], row['params'], row['macs'],
+                               row.get('analytic_flops'), ', '.join(row['ops'])))
             label = ''
-        if len(rows) > 1:
-            lines.append(_row('', f'**{group} total**', sum(r['params'] for r in rows),
-                              sum(r['macs'] for r in rows)))
+        if len(parts) > 1:
+            rows.append(_cells('', f'**{group} total**', sum(r['params'] for r in parts),
+                               sum(r['macs'] for r in parts)))
+    rows.append(_cells('**model**', '**total**', result['total']['params'],
+                       result['total']['macs']))
     summary = summarize(result)
-    lines.append(_row('**model**', '**total**', result['total']['params'],
-                      result['total']['macs']))
+    lines = [f'### {title}', '', CONVENTION, '', *markdown_table(
+        ['part', 'component', 'params (M)', 'GMACs', 'GFLOPs', 'analytic GFLOPs', 'counted ops'],
+        rows, 'llrrrr')]
     lines += ['', f'Mixers, all stages: **{summary["mixer_gflops"]:.2f} GFLOPs** '
               f'(FFT {summary["mixer_fft_gflops"]:.2f}, rest {summary["mixer_rest_gflops"]:.2f}; '
               f'analytic {summary["mixer_analytic_gflops"]:.2f}), '

@@ -20,7 +20,7 @@ import torch
 from ..analysis.memory import SavedTensorBytes, peak_bytes
 
 __all__ = ['DTYPES', 'Candidate', 'environment', 'error_text', 'fit_exponent', 'load_average',
-           'markdown_table', 'measure_memory', 'paired_ratio', 'predict', 'prepare_run',
+           'measure_memory', 'paired_ratio', 'predict', 'prepare_run',
            'time_interleaved', 'write_csv']
 
 DTYPES = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -127,12 +127,6 @@ def write_csv(path, rows: list[dict], fields: list[str], digits: int = 4) -> Non
         for row in rows:
             writer.writerow({k: (f'{v:.{digits}g}' if isinstance(v, float) else v)
                              for k, v in row.items() if k in fields})
-
-
-def markdown_table(head: list[str], rows) -> list[str]:
-    """Lines of a Markdown table: the header ``head``, then one line per row of cells."""
-    return ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head),
-            *('| ' + ' | '.join(map(str, cells)) + ' |' for cells in rows)]
 
 
 def load_average() -> str:

@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from .benchmarking import environment, fit_exponent, markdown_table, paired_ratio
+from ..analysis.report import markdown_table
+from .benchmarking import environment, fit_exponent, paired_ratio
 from .figures import pyplot, save_figure
 from .mixer_benchmark import COMPOSED, REFERENCE_NAMES, attention_names, spectral_names
 

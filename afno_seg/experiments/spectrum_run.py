@@ -1,7 +1,8 @@
 """Spectral analysis of one checkpoint: load the model and images, probe, write JSON + arrays.
 
-Used by ``tools/analysis/spectrum.py``. Images go through the config's test-time resize (or
-``size``) and the model's own data preprocessor, so the backbone sees what it sees at test time.
+:func:`run_spectrum` is ``tools/analysis/spectrum.py`` and the study's spectrum step. Images go
+through the config's test-time resize (or ``size``) and the model's own data preprocessor, so the
+backbone sees what it sees at test time.
 """
 import json
 from pathlib import Path
@@ -13,15 +14,28 @@ from ..engine.errors import UserError
 from .receptive_field import effective_receptive_fields, erf_radius
 from .spectrum import MixerProbe, gfn_filters
 
-__all__ = ['analyze_model', 'default_images', 'load_images', 'load_model', 'write_results']
+__all__ = ['analyze_model', 'default_images', 'load_images', 'run_spectrum', 'write_results']
 
 
-def load_model(config: str, checkpoint: str, cfg_options: dict | None = None):
-    """The segmentor of ``config`` with ``checkpoint`` loaded, on the CPU, in eval mode, and its
-    config: :func:`afno_seg.deployment.load_segmentor` (read as data, refused unless it fits)."""
+def run_spectrum(config: str, checkpoint: str, out_dir: str | Path, images: list[str] | None = None,
+                 num_images: int = 4, size: tuple[int, int] | None = None, num_bands: int = 16,
+                 resample_factor: float = 2.0, erf: bool = True, title: str | None = None,
+                 cfg_options: dict | None = None) -> tuple[dict, list[Path]]:
+    """``tools/analysis/spectrum.py CONFIG CHECKPOINT``: the segmentor loaded on the CPU by
+    :func:`afno_seg.deployment.load_segmentor` (read as data, refused unless it fits), probed on
+    ``images`` (default: the first ``num_images`` of the test split) and ERFs; JSON, arrays and
+    figures (titled ``title``, default the config's name) written into ``out_dir``. Returns the
+    results and the paths written."""
     from ..deployment.model import load_segmentor
+    from .spectrum_plots import plot_run
+    torch.set_grad_enabled(True)
     model = load_segmentor(config, checkpoint, cfg_options=cfg_options)
-    return model, model.cfg
+    paths = images or default_images(model.cfg, num_images)
+    results, arrays = analyze_model(model, load_images(model, paths, size), num_bands,
+                                    resample_factor, erf)
+    results.update(config=config, checkpoint=checkpoint, images=[str(p) for p in paths])
+    written = write_results(Path(out_dir), results, arrays)
+    return results, written + plot_run(results, arrays, Path(out_dir), title or Path(config).stem)
 
 
 def default_images(cfg, count: int) -> list[str]:
@@ -38,14 +52,14 @@ def default_images(cfg, count: int) -> list[str]:
     return paths
 
 
-def load_images(model, cfg, paths: list[str], size: tuple[int, int] | None = None) -> list:
+def load_images(model, paths: list[str], size: tuple[int, int] | None = None) -> list:
     """``(1, 3, H, W)`` model inputs: each image resized as the test pipeline (or to ``size``
     ``(H, W)``) and normalised by the model's data preprocessor."""
     from mmcv.transforms import Compose
     if size is not None:
         resize = dict(type='Resize', scale=(size[1], size[0]), keep_ratio=False)
     else:
-        resize = next((dict(step) for step in cfg.test_dataloader.dataset.pipeline
+        resize = next((dict(step) for step in model.cfg.test_dataloader.dataset.pipeline
                        if step.get('type') == 'Resize'), None)
     pipeline = Compose([dict(type='LoadImageFromFile'), *([resize] if resize else []),
                         dict(type='PackSegInputs')])

@@ -37,17 +37,9 @@ def evaluate(config: str, checkpoint: str, work_dir: str, cfg_options: list[str]
 def spectrum(config: str, checkpoint: str, out_dir: str, cfg_options: list[str],
              num_images: int = 4) -> None:
     """``tools/analysis/spectrum.py CONFIG CHECKPOINT --out-dir D --num-images N``."""
-    import torch
-
-    from .spectrum_plots import plot_run
-    from .spectrum_run import analyze_model, default_images, load_images, load_model, write_results
-    torch.set_grad_enabled(True)
-    model, cfg = load_model(config, checkpoint, parsed_cfg_options(cfg_options))
-    paths = default_images(cfg, num_images)
-    results, arrays = analyze_model(model, load_images(model, cfg, paths))
-    results.update(config=config, checkpoint=checkpoint, images=[str(p) for p in paths])
-    written = write_results(Path(out_dir), results, arrays)
-    written += plot_run(results, arrays, Path(out_dir), Path(config).stem)
+    from .spectrum_run import run_spectrum
+    _, written = run_spectrum(config, checkpoint, out_dir, num_images=num_images,
+                              cfg_options=parsed_cfg_options(cfg_options))
     print('\n'.join(f'wrote {path}' for path in written))
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 
 from mmengine.config import Config
 
+from ..engine.atomic_io import atomic_write
 from ..engine.errors import UserError
-from ..mixer_switch import parse_mixer_spec
+from ..mixer_switch import load_switched_config, parse_mixer_spec
 from ..mixers import mixer_variants
 
 __all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
-           'scale_options', 'load_row_config']
+           'scale_options']
 
 _NAME_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
 
@@ -81,21 +82,7 @@ def write_once(path: Path, text: str) -> None:
                   '(its runs were trained from it). Use a new --work-dir for the new definition.',
                   flush=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + '.tmp')
-    temporary.write_text(text)
-    temporary.replace(path)
-
-
-def load_row_config(path: str, cfg_options: dict | None = None) -> Config:
-    """``Config.fromfile`` with the study's ``--cfg-options`` merged, or a one-line error."""
-    try:
-        cfg = Config.fromfile(path)
-    except FileNotFoundError as error:
-        raise UserError(f'config file not found: {path} ({error})') from None
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    return cfg
+    atomic_write(text, path)
 
 
 def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
@@ -106,7 +93,7 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
     rows, variants = [], mixer_variants() if specs else {}
     config_dir = work_dir / 'configs'
     for config in configs:
-        stem, base_cfg = Path(config).stem, load_row_config(config)
+        stem, base_cfg = Path(config).stem, load_switched_config(config, None)
         num_stages = base_cfg.model.backbone.get('num_stages', 4)
         for spec in (specs or [None]):
             if spec is None:

@@ -13,6 +13,7 @@ import re
 import statistics
 from pathlib import Path
 
+from ..analysis.report import markdown_table
 from . import benchmarking
 from .figures import pyplot, save_figure
 from .study import cost_files, eval_metrics_file
@@ -61,13 +62,6 @@ def _bench_rows(options) -> dict[str, dict]:
     return found
 
 
-def _float(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
     """One dict per row with everything the table and plots show."""
     bench = _bench_rows(options)
@@ -99,7 +93,7 @@ def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
                           flops_shape='x'.join(map(str, result['image_hw'])))
         cost_name = Path(cost_config_of(row, options.work_dir, options.cost_config)).name
         measured = bench.get(cost_name, {})
-        record.update({key: _float(measured.get(key))
+        record.update({key: float(measured.get(key) or 'nan')  # '' or absent: not measured
                        for key in ('train_s', 'step_peak_mb', 'infer_img_s')},
                       bench_status=measured.get('status', ''))
         for run in row_runs[:1]:  # the spectrum is analysed for a row's first seed
@@ -149,7 +143,7 @@ def table_markdown(records: list[dict], options) -> str:
         cells += [_fmt(r.get('afno_sparsity'), 3), _fmt(r.get('step_vs_esa'), 2),
                   _fmt(r.get('memory_vs_esa'), 2), _fmt(r.get('inference_time_vs_esa'), 2)]
         rows.append(cells)
-    return '\n'.join(benchmarking.markdown_table(head, rows)) + '\n'
+    return '\n'.join(markdown_table(head, rows)) + '\n'
 
 
 def write_csv(records: list[dict], path: Path) -> None:

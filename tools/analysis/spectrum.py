@@ -83,27 +83,11 @@ def main(argv=None) -> None:
     if args.compare:
         compare(args)
         return
-    import torch
-
-    from afno_seg.experiments.spectrum_plots import plot_run
-    from afno_seg.experiments.spectrum_run import (
-        analyze_model,
-        default_images,
-        load_images,
-        load_model,
-        write_results,
-    )
-    torch.set_grad_enabled(True)
+    from afno_seg.experiments.spectrum_run import run_spectrum
     with trusted_checkpoints(args.trust_checkpoint):
-        model, cfg = load_model(args.config, args.checkpoint, args.cfg_options)
-    paths = args.images or default_images(cfg, args.num_images)
-    images = load_images(model, cfg, paths, args.size)
-    results, arrays = analyze_model(model, images, args.bands, args.resample_factor,
-                                    erf=not args.no_erf)
-    results.update(config=args.config, checkpoint=args.checkpoint, images=[str(p) for p in paths])
-    out_dir = Path(args.out_dir)
-    written = write_results(out_dir, results, arrays)
-    written += plot_run(results, arrays, out_dir, args.title or Path(args.config).stem)
+        results, written = run_spectrum(
+            args.config, args.checkpoint, args.out_dir, args.images, args.num_images, args.size,
+            args.bands, args.resample_factor, not args.no_erf, args.title, args.cfg_options)
     if results.get('afno'):
         afno = results['afno']
         print(f"AFNO soft-shrink sparsity: mean {afno['sparsity_mean']:.4f}; per stage "
