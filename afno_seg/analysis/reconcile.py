@@ -16,6 +16,7 @@ Run ``python -m afno_seg.analysis.reconcile`` to print the table (Markdown, 1024
 """
 from ..backbones.mixer_mit import ARCH_SETTINGS
 from ..backbones.stage import build_mixer, stage_arguments, stage_grids
+from .report import markdown_table
 
 __all__ = ['PAPER', 'VARIANTS', 'b3_mixer_gflops', 'variant_table']
 
@@ -64,20 +65,17 @@ def b3_mixer_gflops(mixer_cfg: dict, arch: str = 'b3', image_hw=(1024, 1024),
 
 
 def variant_table(image_hw=(1024, 1024)) -> str:
-    header = ' | '.join(f'{name} mixer' for name in MIXERS)
-    lines = [f'| variant | unit | {header} | AFNO - GFN |', '| --- | --- |' + ' ---: |' *
-             (len(MIXERS) + 1)]
+    rows = []
     for name, (arch, overrides, fft_scale, full, unit) in VARIANTS.items():
         values = {label: b3_mixer_gflops(dict(cfg, **(overrides if 'AFNO' in label else {})),
                                          arch, image_hw, fft_scale, full, unit)['total']
                   for label, cfg in MIXERS.items()}
-        cells = ' | '.join(f'{v:.2f}' for v in values.values())
-        lines.append(f'| {name} | {unit} | {cells} | '
-                     f'{values["AFNO-100%"] - values["GFN"]:.2f} |')
-    paper = ' | '.join(f'{PAPER[label]:.1f}' for label in MIXERS)
-    lines.append(f'| **AFNO paper, Table 4** | ? | {paper} | '
-                 f'{PAPER["AFNO-100%"] - PAPER["GFN"]:.1f} |')
-    return '\n'.join(lines) + '\n'
+        rows.append([name, unit, *(f'{v:.2f}' for v in values.values()),
+                     f'{values["AFNO-100%"] - values["GFN"]:.2f}'])
+    rows.append(['**AFNO paper, Table 4**', '?', *(f'{PAPER[label]:.1f}' for label in MIXERS),
+                 f'{PAPER["AFNO-100%"] - PAPER["GFN"]:.1f}'])
+    head = ['variant', 'unit', *(f'{name} mixer' for name in MIXERS), 'AFNO - GFN']
+    return '\n'.join(markdown_table(head, rows, 'll' + 'r' * (len(MIXERS) + 1))) + '\n'
 
 
 if __name__ == '__main__':

@@ -9,6 +9,8 @@ counts; and a plot of total GFLOPs against parameters (the axes of the AFNO pape
 import sys
 from pathlib import Path
 
+from .report import markdown_table
+
 __all__ = ['PAPER_PARAMS_M', 'SCALING_SETTINGS', 'plot_scaling', 'run_scaling', 'scaling_markdown']
 
 SIZES = ('b0', 'b1', 'b2', 'b3', 'b4', 'b5')
@@ -55,19 +57,19 @@ def scaling_markdown(records: list[dict]) -> str:
     for label in dict.fromkeys(r['setting'] for r in records):
         cells = {(r['mixer'], r['size']): r for r in records if r['setting'] == label}
         sizes = [s for s in SIZES if any(size == s for _, size in cells)]
-        lines += [f'#### {label} (mmseg configs, batch 1): params M / total GFLOPs / mixer GFLOPs',
-                  '', '| mixer | ' + ' | '.join(s.upper() for s in sizes) + ' |',
-                  '| --- |' + ' ---: |' * len(sizes)]
-        for mixer in mixers:
-            row = [cells.get((mixer, s)) for s in sizes]
-            lines.append(f'| {mixer} | ' + ' | '.join(
-                '' if r is None else f'{r["params_m"]:.1f} / {r["total_gflops"]:.1f} / '
-                f'{r["mixer_gflops"]:.1f}' for r in row) + ' |')
+        rows = [[mixer, *(_cell(cells.get((mixer, s))) for s in sizes)] for mixer in mixers]
         if label.startswith('ADE20K'):
-            lines.append('| SegFormer paper, params M | ' + ' | '.join(
-                f'{PAPER_PARAMS_M[s]:.1f}' for s in sizes) + ' |')
-        lines.append('')
+            rows.append(['SegFormer paper, params M', *(f'{PAPER_PARAMS_M[s]:.1f}' for s in sizes)])
+        lines += [f'#### {label} (mmseg configs, batch 1): params M / total GFLOPs / mixer GFLOPs',
+                  '', *markdown_table(['mixer', *(s.upper() for s in sizes)], rows,
+                                      'l' + 'r' * len(sizes)), '']
     return '\n'.join(lines)
+
+
+def _cell(record: dict | None) -> str:
+    if record is None:
+        return ''
+    return f'{record["params_m"]:.1f} / {record["total_gflops"]:.1f} / {record["mixer_gflops"]:.1f}'
 
 
 def plot_scaling(records: list[dict], path: str) -> None:

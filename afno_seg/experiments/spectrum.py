@@ -52,7 +52,8 @@ def _mode_weight(hw_shape: tuple[int, int]) -> Tensor:
     return 1.0 / hermitian_column_weight(hw_shape[1], dtype=torch.float64)
 
 
-def _band_sums(values: Tensor, bands: Tensor, weight: Tensor, num_bands: int) -> Tensor:
+def _band_sums(values: Tensor, bands: Tensor, num_bands: int, weight: Tensor | float = 1.0
+               ) -> Tensor:
     """Weighted sum of ``values (..., rows, cols)`` over all leading axes, per band."""
     per_mode = (values.double() * weight).reshape(-1, *bands.shape).sum(0)
     return torch.zeros(num_bands, dtype=torch.float64).index_add_(0, bands.flatten(),
@@ -66,8 +67,8 @@ def radial_energy(tokens: Tensor, hw_shape: tuple[int, int], num_bands: int) -> 
                                norm='ortho')
     bands = radial_band_index(hw_shape, num_bands)
     weight = _mode_weight(hw_shape)
-    power = _band_sums(spectrum.abs() ** 2, bands, weight, num_bands)
-    modes = _band_sums(torch.ones(bands.shape), bands, weight, num_bands)
+    power = _band_sums(spectrum.abs() ** 2, bands, num_bands, weight)
+    modes = _band_sums(torch.ones(bands.shape), bands, num_bands, weight)
     energy = power / (modes * tokens.shape[0] * tokens.shape[-1]).clamp_min(1)
     return torch.where(modes > 0, energy, torch.full_like(energy, math.nan))
 
@@ -104,14 +105,13 @@ def afno_shrink_stats(mixer: AFNOMixer, x: Tensor, hw_shape: tuple[int, int], nu
         parts = 2
     else:
         zero, parts = (shrunk == 0).double(), 1
-    unweighted = torch.ones(bands.shape, dtype=torch.float64)
-    band_zeros = _band_sums(zero, bands, unweighted, num_bands)
-    band_total = _band_sums(torch.full_like(zero, float(parts)), bands, unweighted, num_bands)
+    band_zeros = _band_sums(zero, bands, num_bands)
+    band_total = _band_sums(torch.full_like(zero, float(parts)), bands, num_bands)
     return dict(
         zeros=float(zero.sum()), total=float(zero.numel() * parts),
         band_zeros=band_zeros.tolist(), band_total=band_total.tolist(),
-        band_energy_pre=_band_sums(unshrunk.abs() ** 2, bands, weight, num_bands).tolist(),
-        band_energy_post=_band_sums(shrunk.abs() ** 2, bands, weight, num_bands).tolist())
+        band_energy_pre=_band_sums(unshrunk.abs() ** 2, bands, num_bands, weight).tolist(),
+        band_energy_post=_band_sums(shrunk.abs() ** 2, bands, num_bands, weight).tolist())
 
 
 def mixer_layers(model: torch.nn.Module) -> list[tuple[str, int, int, TokenMixer]]:
@@ -225,9 +225,8 @@ def gfn_filters(model: torch.nn.Module, resample_factor: float = 2.0,
             stored = mixer.filter_at(base).abs().float()
             resampled = mixer.filter_at(other).abs().float()
         bands = radial_band_index(base, num_bands)
-        ones = torch.ones(bands.shape, dtype=torch.float64)
         out.append(dict(name=name, stage=stage, layer=layer, base_grid=list(base),
                         resampled_grid=list(other), stored=stored, resampled=resampled,
-                        radial_mean=_ratio(_band_sums(stored.mean(-1), bands, ones, num_bands),
-                                           _band_sums(ones, bands, ones, num_bands))))
+                        radial_mean=_ratio(_band_sums(stored.mean(-1), bands, num_bands),
+                                           _band_sums(torch.ones(bands.shape), bands, num_bands))))
     return out

@@ -259,11 +259,8 @@ def run_study(rows, runs: list[Run], options: StudyOptions) -> dict:
                 eta = elapsed / worked * (len(runs) - index)
                 print(f'  {index}/{len(runs)} runs done, {elapsed / 60:.1f} min so far, '
                       f'at most ~{eta / 60:.0f} min to go', flush=True)
-    if options.spectrum:
-        first = {}
-        for run in runs:
-            first.setdefault(run.row.row_id, run)
-        for run in first.values():
+    for run in runs if options.spectrum else []:
+        if run.seed == options.seeds[0]:  # a row's first seed
             _run_spectrum(run, options)
     if options.costs:
         _count_flops(rows, options)

@@ -71,17 +71,13 @@ def collect_records(rows: list[Row], runs: list[Run], options) -> list[dict]:
         row_runs = [run for run in runs if run.row.row_id == row.row_id]
         record['seeds'] = [run.seed for run in row_runs]
         for scale in options.eval_scales:
-            mious, classes = [], []
-            for run in row_runs:
-                path = eval_metrics_file(run.eval_dir(scale))
-                if path is None:
-                    continue
-                mious.append(float(json.loads(path.read_text())['mIoU']))
-                classes.append(per_class_iou(path))
+            paths = [path for run in row_runs if (path := eval_metrics_file(run.eval_dir(scale)))]
+            mious = [float(json.loads(path.read_text())['mIoU']) for path in paths]
             record[f'miou_{scale:g}x'], record[f'miou_{scale:g}x_std'] = _mean_std(mious)
             record[f'miou_{scale:g}x_runs'] = ';'.join(f'{v:.2f}' for v in mious)
             if scale == options.eval_scales[0]:
                 record['n_runs'] = len(mious)
+                classes = [per_class_iou(path) for path in paths]
                 for name in (classes[0] if classes else {}):
                     record[f'iou_{name}'] = _mean_std([c.get(name, math.nan)
                                                        for c in classes])[0]
