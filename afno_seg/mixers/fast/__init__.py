@@ -2,6 +2,6 @@
 formulas with a cheaper backward (hand-written, or adjoint transforms), each a ``torch.library``
 op that torch.compile keeps whole (:mod:`.transforms`)."""
 from .afno import afno_fast
-from .transforms import adjoint_transforms, gfn_fast
+from .transforms import fnet_fast, fno_fast, gfn_fast
 
-__all__ = ['adjoint_transforms', 'afno_fast', 'gfn_fast']
+__all__ = ['afno_fast', 'fnet_fast', 'fno_fast', 'gfn_fast']
