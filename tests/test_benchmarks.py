@@ -99,8 +99,7 @@ def test_fast_custom_ops_pass_opcheck():
                              requires_grad=True)  # (band's modes, C, C)
     ops = torch.ops.afno_seg
     for op, args in [(ops.tokens_to_spectrum, (x, hw)), (ops.spectrum_to_grid, (spectrum, hw)),
-                     (ops.fused_afno, (x, *weights, band, 0.01)), (ops.fno, (x, fno_weight, band)),
-                     (ops.fnet, (x, hw, False)), (ops.fnet, (x, hw, True))]:
+                     (ops.fused_afno, (x, *weights, band, 0.01)), (ops.fno, (x, fno_weight, band))]:
         torch.library.opcheck(op, args, test_utils=('test_faketensor',
                                                     'test_aot_dispatch_dynamic'))
 

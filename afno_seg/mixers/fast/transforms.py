@@ -3,10 +3,10 @@
 Each computes what the plain ``torch.fft`` formula computes, with a cheaper backward on CPU, and
 is tested equal to it in float64 (``tests/test_mixer_contract.py``); why each is faster is
 measured in ``BENCHMARKS.md`` ("Spectral mixers on CPU"). The transforms, AFNO's fused function
-and the whole of FNO (:func:`fno_fast`) and of FNet (:func:`fnet_fast`) are ``torch.library``
-ops (``afno_seg::*``): one opaque node each to torch.compile, eager kernels in a compiled graph
-without a graph break (inductor has no code generation for complex operators and ran them slower
-in many pieces, with copies around each).
+and the whole of FNO (:func:`fno_fast`) are ``torch.library`` ops (``afno_seg::*``): one opaque
+node each to torch.compile, eager kernels in a compiled graph without a graph break (inductor has
+no code generation for complex operators and ran them slower in many pieces, with copies around
+each). GFN's filter and FNet (:func:`fnet_fast`) are traced: inductor fuses their real glue.
 
 Adjoint-gradient transforms (:func:`tokens_to_spectrum`, :func:`spectrum_to_grid`): for
 ``Z = rfft2(X)`` the gradient is ``irfft2(w * dZ)``, for ``Y = irfft2(Z)`` it is ``rfft2(dY) / w``
@@ -178,23 +178,27 @@ def fno_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     return _fno(x, mixer.weight_at(band, x.dtype), list(astuple(band)))[0]
 
 
-@custom_op('afno_seg::fnet', mutates_args=())
-def _fnet(x: Tensor, hw_shape: list[int], hartley: bool) -> Tensor:
-    """``Re(F X)`` (``hartley``: ``Re - Im``) over ``(H, W, C)`` of tokens ``(B, H*W, C)``, from
-    the half spectrum (``Y[-k] = conj Y[k]``, real X). Both are symmetric: their own adjoints."""
-    spectrum = torch.fft.rfftn(x.reshape(x.shape[0], *hw_shape, x.shape[-1]), dim=(1, 2, 3),
-                               norm='ortho')
-    real, imag = spectrum.real, spectrum.imag
-    head, mirrored = (real - imag, real + imag) if hartley else (real, real)
-    tail = mirrored[..., 1:(x.shape[-1] + 1) // 2].flip((1, 2, 3)).roll((1, 1), (1, 2))
-    return torch.cat([head, tail], -1).flatten(1, 2)
+class _FourierReal(torch.autograd.Function):
+    """FNet's ``Re(F X)`` (``hartley``: ``Re - Im``) over ``(H, W, C)`` of tokens ``(B, H*W, C)``,
+    from the half spectrum (``Y[-k] = conj Y[k]``, real X). Both are symmetric matrices: the
+    backward is the same transform. Traced, not an op: inductor fuses the mirroring into one
+    kernel (compiled faster than eager)."""
 
+    @staticmethod
+    def forward(ctx, x: Tensor, hw_shape: tuple[int, int], hartley: bool) -> Tensor:
+        ctx.hw_shape, ctx.hartley = hw_shape, hartley
+        spectrum = torch.fft.rfftn(x.reshape(x.shape[0], *hw_shape, x.shape[-1]), dim=(1, 2, 3),
+                                   norm='ortho')
+        real, imag = spectrum.real, spectrum.imag
+        head, mirrored = (real - imag, real + imag) if hartley else (real, real)
+        tail = mirrored[..., 1:(x.shape[-1] + 1) // 2].flip((1, 2, 3)).roll((1, 1), (1, 2))
+        return torch.cat([head, tail], -1).flatten(1, 2)
 
-_fnet.register_fake(lambda x, hw_shape, hartley: x.new_empty(x.shape))
-_fnet.register_autograd(lambda ctx, grad: (_fnet(grad, *ctx.args), None, None),
-                        setup_context=lambda ctx, inputs, output: setattr(ctx, 'args', inputs[1:]))
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _FourierReal.apply(grad, ctx.hw_shape, ctx.hartley), None, None
 
 
 def fnet_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """FNet's formula as the op :func:`_fnet` (half the FFT; its own backward)."""
-    return _fnet(x, list(hw_shape), mixer.transform == 'hartley')
+    """FNet's formula from the half spectrum, its own backward (:class:`_FourierReal`)."""
+    return _FourierReal.apply(x, tuple(hw_shape), mixer.transform == 'hartley')
