@@ -77,8 +77,8 @@ class FNOMixer(TokenMixer):
     def formula(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         band = self.band(hw_shape)
         z = rfft2(x, hw_shape, band)  # (B, C, rows, cols)
-        mixed = torch.einsum('bcm,mcd->bdm', z.flatten(2), self.weight_at(band, x.dtype))
-        return irfft2(mixed.reshape(z.shape), hw_shape, band)
+        mixed = torch.bmm(z.flatten(2).permute(2, 0, 1), self.weight_at(band, x.dtype))  # (M, B, C)
+        return irfft2(mixed.permute(1, 2, 0).reshape(z.shape), hw_shape, band)
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'spectral_weights': 8 C^2 per kept mode}``."""
