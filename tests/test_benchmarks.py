@@ -95,11 +95,11 @@ def test_fast_custom_ops_pass_opcheck():
                            requires_grad=True)
     weights = [torch.randn(shape, dtype=torch.float64, generator=generator, requires_grad=True)
                for shape in [(2, 2, 2, 4), (2, 2, 4), (2, 2, 4, 2), (2, 2, 2)]]
-    z = torch.randn(7, 2, 4, dtype=torch.complex128, generator=generator, requires_grad=True)
+    fno_weight = torch.randn(9, 4, 4, dtype=torch.complex128, generator=generator,
+                             requires_grad=True)  # (band's modes, C, C)
     ops = torch.ops.afno_seg
     for op, args in [(ops.tokens_to_spectrum, (x, hw)), (ops.spectrum_to_grid, (spectrum, hw)),
-                     (ops.fused_afno, (x, *weights, band, 0.01)),
-                     (ops.mode_product, (z, z.detach().mT @ z.detach()))]:
+                     (ops.fused_afno, (x, *weights, band, 0.01)), (ops.fno, (x, fno_weight, band))]:
         torch.library.opcheck(op, args, test_utils=('test_faketensor',
                                                     'test_aot_dispatch_dynamic'))
 

@@ -9,6 +9,7 @@ from torch import Tensor
 from ..registry import register_model
 from .base import TokenMixer, Variant
 from .export import fnet_matmul
+from .fast import fnet_fast
 from .forms import select
 from .spectral import fft3, fft_flops, run_in_fp32
 
@@ -23,8 +24,8 @@ class FNetMixer(TokenMixer):
 
     Orthonormal DFT over ``(H, W, C)``, so the mixer has unit gain. ``transform='hartley'`` gives
     ``Re(F X) - Im(F X)`` instead (real, orthonormal, its own inverse). Spectral work in float32.
-    Forms (:mod:`.forms`): ``matmul`` the DFT as three real products (:mod:`.export.fnet`; on
-    CPU slower than the FFT in training, ``BENCHMARKS.md``).
+    Forms (:mod:`.forms`): ``fast`` one op from the half spectrum, its own backward
+    (:func:`.fast.fnet_fast`); ``matmul`` the DFT as three real products (:mod:`.export.fnet`).
 
     Cost (:meth:`flops`): ``2.5 N log2 N`` with ``N = HWC`` (a real-input transform; torch runs
     it as a complex one, which a traced counter sees as twice that).
@@ -38,7 +39,7 @@ class FNetMixer(TokenMixer):
     variants = {'fnet': Variant('FNet')}
     extra_examples = {'hartley': dict(transform='hartley')}
     flop_terms = ('fft', )
-    forms = {'matmul': fnet_matmul}
+    forms = {'fast': fnet_fast, 'matmul': fnet_matmul}
 
     def __init__(self, embed_dims: int, transform: str = 'fourier',
                  init_cfg: dict | None = None) -> None:

@@ -10,8 +10,7 @@ from torch import Tensor, nn
 from ..registry import register_model
 from .base import TokenMixer, Variant
 from .export import fno_matmul, fno_op
-from .fast import adjoint_transforms
-from .fast.transforms import mode_product
+from .fast import fno_fast
 from .forms import select
 from .spectral import SpectralBand, irfft2, rfft2, rfft2_flops, run_in_fp32
 
@@ -26,7 +25,8 @@ class FNOMixer(TokenMixer):
     (0 elsewhere). Kept (:meth:`SpectralBand.lowpass`): rows ``|k| < modes[0]`` (both signs),
     columns ``j < modes[1]``, those a smaller grid has. Linear and diagonal in frequency, hence
     shift-equivariant; no residual. Spectral work in float32. Forms (:mod:`.forms`): ``fast``
-    adjoint transforms, ``op`` and ``matmul`` real arithmetic (:mod:`.export`).
+    one op with its backward written out (:func:`.fast.fno_fast`), ``op`` and ``matmul`` real
+    arithmetic (:mod:`.export`).
 
     Parameters: ``weight (2 m0 - 1, m1, C, C, 2)`` (rows in FFT order ``0..m0-1, -(m0-1)..-1``),
     ``2 (2 m0 - 1) m1 C^2`` reals: 260 M per layer at C = 512 and (16, 16) modes.
@@ -42,7 +42,7 @@ class FNOMixer(TokenMixer):
     variants = {'fno': Variant('FNO (16x16 modes)', dict(modes=(16, 16)))}
     example_args = dict(modes=(3, 4))
     flop_terms = ('fft', 'spectral_weights')
-    forms = {'fast': adjoint_transforms, 'op': fno_op, 'matmul': fno_matmul}
+    forms = {'fast': fno_fast, 'op': fno_op, 'matmul': fno_matmul}
     # The band is sized in Python per grid: torch.export cannot keep H, W symbolic through it.
     onnx_dynamic_shape = False
 
@@ -74,14 +74,11 @@ class FNOMixer(TokenMixer):
         self.check_tokens(x, hw_shape)
         return run_in_fp32(select(self), x, tuple(hw_shape))
 
-    def formula(self, x: Tensor, hw_shape: tuple[int, int], fast: bool = False) -> Tensor:
+    def formula(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         band = self.band(hw_shape)
-        z = rfft2(x, hw_shape, band, fast)  # (B, C, rows, cols)
-        batch, channels, rows, cols = z.shape
-        z = z.reshape(batch, channels, rows * cols).permute(2, 0, 1)  # (M, B, C)
-        mixed = (mode_product if fast else torch.bmm)(z, self.weight_at(band, x.dtype))
-        return irfft2(mixed.permute(1, 2, 0).reshape(batch, channels, rows, cols), hw_shape, band,
-                      fast)
+        z = rfft2(x, hw_shape, band)  # (B, C, rows, cols)
+        mixed = torch.bmm(z.flatten(2).permute(2, 0, 1), self.weight_at(band, x.dtype))  # (M, B, C)
+        return irfft2(mixed.permute(1, 2, 0).reshape(z.shape), hw_shape, band)
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'fft': rfft2 + irfft2, 'spectral_weights': 8 C^2 per kept mode}``."""

@@ -1,7 +1,7 @@
 """The ``fast`` forms of the spectral mixers (:mod:`..forms`): the same functions as their
-formulas with a cheaper backward (hand-written, or adjoint transforms), each a ``torch.library``
-op that torch.compile keeps whole (:mod:`.transforms`)."""
+formulas with a cheaper backward (hand-written, adjoint transforms, self-adjoint), each a
+``torch.library`` op that torch.compile keeps whole or traced whole (:mod:`.transforms`)."""
 from .afno import afno_fast
-from .transforms import adjoint_transforms, gfn_fast
+from .transforms import fnet_fast, fno_fast, gfn_fast
 
-__all__ = ['adjoint_transforms', 'afno_fast', 'gfn_fast']
+__all__ = ['afno_fast', 'fnet_fast', 'fno_fast', 'gfn_fast']

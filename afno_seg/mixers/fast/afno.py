@@ -8,7 +8,7 @@ from torch import Tensor
 from torch.library import custom_op
 
 from ..spectral import SpectralBand
-from .transforms import adjoint_transforms, transposed_copy
+from .transforms import transposed_copy
 
 __all__ = ['afno_fast']
 
@@ -124,8 +124,8 @@ _fused.register_autograd(  # grad None: an undefined gradient (gradcheck tests t
 
 def afno_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     """Split-shrink AFNO, ``x + irfft2(S(ReLU(z W1 + b1) W2 + b2))``, as :func:`_fused`; the
-    magnitude shrink on adjoint transforms."""
+    magnitude shrink: the formula on adjoint-gradient transforms (:mod:`.transforms`)."""
     if mixer.shrink != 'split':
-        return adjoint_transforms(mixer, x, hw_shape)
+        return mixer.formula(x, hw_shape, fast=True)
     return _fused(x, *(w.to(x.dtype) for w in mixer.weights()),
                   list(astuple(mixer.band(hw_shape))), mixer.sparsity_threshold)[0]

@@ -3,22 +3,27 @@
 Each computes what the plain ``torch.fft`` formula computes, with a cheaper backward on CPU, and
 is tested equal to it in float64 (``tests/test_mixer_contract.py``); why each is faster is
 measured in ``BENCHMARKS.md`` ("Spectral mixers on CPU"). The transforms, AFNO's fused function
-and FNO's mode product are ``torch.library`` ops (``afno_seg::*``): one opaque node each to
-torch.compile, eager kernels in a compiled graph without a graph break (inductor has no code
-generation for complex operators and ran them slower in many pieces).
+and the whole of FNO (:func:`fno_fast`) are ``torch.library`` ops (``afno_seg::*``): one opaque
+node each to torch.compile, eager kernels in a compiled graph without a graph break (inductor has
+no code generation for complex operators and ran them slower in many pieces, with copies around
+each). GFN's filter and FNet (:func:`fnet_fast`) are traced: inductor fuses their real glue.
 
 Adjoint-gradient transforms (:func:`tokens_to_spectrum`, :func:`spectrum_to_grid`): for
 ``Z = rfft2(X)`` the gradient is ``irfft2(w * dZ)``, for ``Y = irfft2(Z)`` it is ``rfft2(dY) / w``
 (:func:`hermitian_column_weight`), layout copies one 2-D transpose per image
 (:func:`transposed_copy`). GFN's filter with a written-out backward (:func:`gfn_fast`).
 """
+from dataclasses import astuple
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.library import custom_op
 
-__all__ = ['adjoint_transforms', 'gfn_fast', 'hermitian_column_weight', 'irfft2_to_tokens',
-           'mode_product', 'rfft2_of_tokens', 'spectrum_to_grid', 'tokens_to_spectrum',
+from ..spectral import SpectralBand
+
+__all__ = ['fnet_fast', 'fno_fast', 'gfn_fast', 'hermitian_column_weight',
+           'irfft2_to_tokens', 'rfft2_of_tokens', 'spectrum_to_grid', 'tokens_to_spectrum',
            'transposed_copy']
 
 
@@ -117,27 +122,83 @@ def gfn_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     return _SpectralFilter.apply(x, mixer.kernel(hw_shape, x.dtype), tuple(hw_shape))
 
 
-def adjoint_transforms(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-    """The formula with the adjoint-gradient ``rfft2``/``irfft2`` above."""
-    return mixer.formula(x, hw_shape, fast=True)
+def _mode_matrix(spectrum: Tensor, band: SpectralBand) -> Tensor:
+    """``(B, C, H, W//2+1)`` -> the band's modes as ``(M, B, C)`` (one matrix a mode)."""
+    modes = band.gather(spectrum)
+    return modes.reshape(*modes.shape[:2], -1).permute(2, 0, 1)
 
 
-@custom_op('afno_seg::mode_product', mutates_args=())
-def mode_product(z: Tensor, weight: Tensor) -> Tensor:
-    """``torch.bmm`` of complex modes ``(M, B, C) @ (M, C, D)``, one node to torch.compile: at
-    batch 1 inductor turns its backward into a complex broadcast product (``BENCHMARKS.md``)."""
-    return torch.bmm(z, weight)
+def _mode_matrix_to_tokens(modes: Tensor, band: SpectralBand) -> Tensor:
+    """``(M, B, C)`` modes of the band (0 elsewhere) -> ``irfft2`` tokens ``(B, H*W, C)``."""
+    grid = modes.permute(1, 2, 0).reshape(*modes.shape[1:], band.n_rows, band.n_cols)
+    return irfft2_to_tokens(band.scatter(grid), (band.height, band.width))
 
 
-@custom_op('afno_seg::mode_product_backward', mutates_args=())
-def _mode_product_backward(grad: Tensor, z: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-    """torch's: ``dz = g W^H``, ``dW = z^H g`` (a conjugate view into an op would be copied)."""
-    return torch.bmm(grad, weight.mH), torch.bmm(z.mH, grad)
+@custom_op('afno_seg::fno', mutates_args=())
+def _fno(x: Tensor, weight: Tensor, band: list[int]) -> tuple[Tensor, Tensor]:
+    """FNO's ``irfft2(Z W)`` on the band's modes ``Z (M, B, C)``, ``W (M, C, D)``: ``(tokens,
+    Z)``, Z kept for the backward. One op: inductor ran the glue between transforms slower."""
+    band = SpectralBand(*band)
+    modes = _mode_matrix(rfft2_of_tokens(x, (band.height, band.width)), band).contiguous()
+    return _mode_matrix_to_tokens(torch.bmm(modes, weight), band), modes
 
 
-mode_product.register_fake(lambda z, weight: z.new_empty(*z.shape[:2], weight.shape[-1]))
-_mode_product_backward.register_fake(lambda grad, z, weight: (z.new_empty(z.shape),
-                                                              weight.new_empty(weight.shape)))
-mode_product.register_autograd(
-    lambda ctx, grad: _mode_product_backward(grad, *ctx.saved_tensors),
-    setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs))
+@custom_op('afno_seg::fno_backward', mutates_args=())
+def _fno_backward(grad: Tensor, modes: Tensor, weight: Tensor,
+                  band: list[int]) -> tuple[Tensor, Tensor]:
+    """With ``G`` the band of ``rfft2(dY)``: ``dX = irfft2(G W^H)`` (the adjoints' column
+    weights cancel), ``dW = Z^H G / w``."""
+    band = SpectralBand(*band)
+    grad_modes = _mode_matrix(rfft2_of_tokens(grad, (band.height, band.width)), band)
+    grad_x = _mode_matrix_to_tokens(torch.bmm(grad_modes, weight.mH), band)
+    weight_of_mode = hermitian_column_weight(band.width, band.n_cols, dtype=grad.dtype,
+                                             device=grad.device).repeat(band.n_rows)
+    return grad_x, torch.bmm(modes.mH, grad_modes / weight_of_mode[:, None, None])
+
+
+_fno.register_fake(lambda x, weight, band: (x.new_empty(x.shape), weight.new_empty(
+    SpectralBand(*band).num_modes, x.shape[0], x.shape[-1])))
+_fno_backward.register_fake(lambda grad, modes, weight, band: (grad.new_empty(grad.shape),
+                                                                 weight.new_empty(weight.shape)))
+
+
+def _save_fno(ctx, inputs, output) -> None:
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1], inputs[1])
+    ctx.band = inputs[2]
+
+
+_fno.register_autograd(lambda ctx, grad, _: (*_fno_backward(grad, *ctx.saved_tensors, ctx.band),
+                                             None), setup_context=_save_fno)
+
+
+def fno_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    """FNO's formula as the op :func:`_fno`, its backward written out."""
+    band = mixer.band(hw_shape)
+    return _fno(x, mixer.weight_at(band, x.dtype), list(astuple(band)))[0]
+
+
+class _FourierReal(torch.autograd.Function):
+    """FNet's ``Re(F X)`` (``hartley``: ``Re - Im``) over ``(H, W, C)`` of tokens ``(B, H*W, C)``,
+    from the half spectrum (``Y[-k] = conj Y[k]``, real X). Both are symmetric matrices: the
+    backward is the same transform. Traced, not an op: inductor fuses the mirroring into one
+    kernel (compiled faster than eager)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, hw_shape: tuple[int, int], hartley: bool) -> Tensor:
+        ctx.hw_shape, ctx.hartley = hw_shape, hartley
+        spectrum = torch.fft.rfftn(x.reshape(x.shape[0], *hw_shape, x.shape[-1]), dim=(1, 2, 3),
+                                   norm='ortho')
+        real, imag = spectrum.real, spectrum.imag
+        head, mirrored = (real - imag, real + imag) if hartley else (real, real)
+        tail = mirrored[..., 1:(x.shape[-1] + 1) // 2].flip((1, 2, 3)).roll((1, 1), (1, 2))
+        return torch.cat([head, tail], -1).flatten(1, 2)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _FourierReal.apply(grad, ctx.hw_shape, ctx.hartley), None, None
+
+
+def fnet_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    """FNet's formula from the half spectrum, its own backward (:class:`_FourierReal`)."""
+    return _FourierReal.apply(x, tuple(hw_shape), mixer.transform == 'hartley')
