@@ -17,9 +17,11 @@ outputs, size, inference time and classes, or why it failed, or that it is not d
   whose prepared tensors have one size are batched (the labels are those of batch 1); PNGs are
   written in a thread while the next batch is in the model.
 * **Shards.** Rank ``r`` of ``w`` takes inputs ``r, r + w, ...``. Ranks meet only through the
-  output folder: each writes ``RUN-rankR.done`` when its share is through; rank 0 waits for them
-  (or a stop signal, or a dead rank) and merges every journal into ``summary.json``, where what a
-  rank left is ``not done`` with that rank.
+  output folder: each writes ``RUN-rankR.end`` once its journal is complete (flushed, fsynced,
+  closed), whether its share is through or a signal stopped it. Rank 0 waits until every rank has
+  ended or died (after a stop signal of its own, at most ``STOP_GRACE_S`` for ranks it cannot
+  see), then merges the journals into ``summary.json`` by the rule a rerun uses: what a rank left
+  is ``not done`` with that rank, and ``resumed`` is what a journal of an earlier run holds.
 """
 import functools
 import glob
@@ -52,6 +54,7 @@ from .predictor import Segmenter
 __all__ = ['PROGRESS_DIR', 'Shard', 'segment_files']
 
 PROGRESS_DIR = '.progress'
+STOP_GRACE_S = 10.0  # rank 0, stopped: how long it waits for ranks neither ended nor seen dead
 
 
 @dataclass
@@ -84,12 +87,13 @@ def _leave_stop_signals_to_the_parent(_) -> None:
         signal.signal(number, signal.SIG_IGN)
 
 
-def completed_inputs(out_dir: str) -> dict[str, dict]:
+def completed_inputs(out_dir: str, run_id: str = '') -> dict[str, dict]:
     """``{absolute input path: entry}`` of every journal under ``out_dir``, the latest line of
     each input winning; a line cut by a kill is ignored; ``ok`` entries whose outputs are gone are
-    dropped."""
+    dropped; ``ok`` entries from another run's journal than ``run_id``'s get ``resumed=True``."""
     entries = {}
     for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
+        earlier = not osp.basename(journal).startswith(f'{run_id}-rank')
         with open(journal) as file:
             for line in file:
                 try:
@@ -97,7 +101,9 @@ def completed_inputs(out_dir: str) -> dict[str, dict]:
                 except ValueError:
                     continue
                 if 'input' in entry:  # the first line names the process instead
-                    entries[osp.abspath(entry['input'])] = entry
+                    resumed = earlier and entry['status'] == 'ok'
+                    entries[osp.abspath(entry['input'])] = dict(entry, resumed=True) if (
+                        resumed) else entry
     return {path: entry for path, entry in entries.items() if entry['status'] != 'ok' or all(
         osp.isfile(entry[key]) for key in ('label', 'overlay', 'video') if key in entry)}
 
@@ -165,6 +171,8 @@ class _Run:
                 self.pending.popleft().result()
         finally:
             self.pool.shutdown()
+            self.journal.flush()
+            os.fsync(self.journal.fileno())  # complete before the end marker, on any file system
             self.journal.close()
             if self.bar:
                 print()  # end the progress bar's line
@@ -243,6 +251,21 @@ class _Run:
                          classes=self.class_names(seen)))
 
 
+def _wait_for_ranks(prefix: str, world_size: int, stopped: list) -> list[int]:
+    """Wait until ranks ``1 .. world_size - 1`` of the run ``prefix`` have each written their end
+    marker or died; once ``stopped``, at most :data:`STOP_GRACE_S` more. Returns the dead ranks."""
+    deadline = None
+    while True:  # polled, so that a stop signal or a dead rank is seen at once
+        waiting = [rank for rank in range(1, world_size)
+                   if not osp.exists(f'{prefix}-rank{rank}.end')]
+        dead = [rank for rank in waiting if _died(f'{prefix}-rank{rank}.jsonl')]
+        if stopped and deadline is None:
+            deadline = time.monotonic() + STOP_GRACE_S
+        if dead == waiting or (deadline is not None and time.monotonic() > deadline):
+            return dead
+        time.sleep(0.1)
+
+
 def _died(journal: str) -> bool:
     """Whether the process that opened ``journal`` (on this host) is gone or a zombie."""
     try:
@@ -292,30 +315,18 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
                     run.video(item, batch_size, stopped)
         finally:
             run.close()
-        if not stopped:
-            atomic_write('', osp.join(out_dir, PROGRESS_DIR,
-                                      f'{shard.run_id}-rank{shard.rank}.done'))
+        prefix = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
+        atomic_write(stopped[0] if stopped else '', f'{prefix}-rank{shard.rank}.end')
         if shard.rank:
             if stopped:
                 raise UserError(f'rank {shard.rank} stopped by {stopped[0]}; rerun the same '
                                 'command to finish what it left')
             return None
-        prefix = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
-        while True:  # polled, so that a stop signal or a dead rank is seen at once
-            waiting = [rank for rank in range(1, shard.world_size)
-                       if not osp.exists(f'{prefix}-rank{rank}.done')]
-            dead = [rank for rank in waiting if _died(f'{prefix}-rank{rank}.jsonl')]
-            if not waiting or dead or stopped:
-                break
-            time.sleep(0.1)
-    done = completed_inputs(out_dir)
-    entries = []
-    for index, item in enumerate(files):
-        key = osp.abspath(item.path)
-        entry = done.get(key) or dict(input=item.path, status='not done',
-                                      rank=index % shard.world_size)
-        resumed = earlier.get(key, {}).get('status') == 'ok'
-        entries.append(dict(entry, resumed=True) if resumed else entry)
+        dead = _wait_for_ranks(prefix, shard.world_size, stopped)
+    done = completed_inputs(out_dir, shard.run_id)
+    entries = [done.get(osp.abspath(item.path)) or dict(
+        input=item.path, status='not done', rank=index % shard.world_size)
+        for index, item in enumerate(files)]
     count = Counter(entry['status'] for entry in entries)
     summary = dict(**(meta or {}), label_format=label_format, num_inputs=len(entries),
                    num_done=count['ok'], num_failed=count['failed'],
