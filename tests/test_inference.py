@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -439,14 +440,15 @@ def test_rank_0_merges_only_after_every_rank_ended_or_died(tmp_path, monkeypatch
     header = dict(rank=1, host=module.socket.gethostname(), pid=os.getpid())
     Path(f'{prefix}-rank1.jsonl').write_text(json.dumps(header) + '\n')
     monkeypatch.setattr(module, 'STOP_GRACE_S', 30.0)
+    stopped = SimpleNamespace(received=signal.SIGTERM)  # as StopSignals has it after a SIGTERM
     timer = module.threading.Timer(0.5, Path(f'{prefix}-rank1.end').write_text, ('SIGTERM',))
     timer.start()
-    assert module._wait_for_ranks(prefix, 2, ['SIGTERM']) == []
+    assert module._wait_for_ranks(prefix, 2, stopped) == []
     assert Path(f'{prefix}-rank1.end').exists()
     dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
                           capture_output=True, text=True, check=True)
     header['pid'] = int(dead.stdout)
     Path(f'{prefix}-rank2.jsonl').write_text(json.dumps(header) + '\n')
-    assert module._wait_for_ranks(prefix, 3, []) == [2]
+    assert module._wait_for_ranks(prefix, 3, SimpleNamespace(received=None)) == [2]
     monkeypatch.setattr(module, 'STOP_GRACE_S', 0.2)
-    assert module._wait_for_ranks(prefix, 4, ['SIGINT']) == [2]  # rank 3: no journal, no marker
+    assert module._wait_for_ranks(prefix, 4, stopped) == [2]  # rank 3: no journal, no marker

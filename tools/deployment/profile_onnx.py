@@ -11,7 +11,7 @@ profiler). ``--input-shape`` gives the input's sizes where the graph has symboli
 import argparse
 import sys
 
-from afno_seg.deployment.onnx_profile import profile_onnx
+from afno_seg.deployment.benchmark import profile_onnx
 from afno_seg.engine import run_tool
 
 
