@@ -18,7 +18,6 @@ import os.path as osp
 import statistics
 import tempfile
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -29,7 +28,7 @@ from .onnx_export import INPUT_NAME, SegmentorLogits, export_network, onnx_sessi
 from .predictor import openvino_session
 
 __all__ = ['RUNTIMES', 'MixerAlone', 'NodeTime', 'OnnxProfile', 'ParityResult',
-           'compare_backends', 'markdown_table', 'profile_onnx', 'timed_ms']
+           'compare_backends', 'profile_onnx', 'timed_ms']
 
 
 FORMS = {'ort-op': 'op', 'ort-matmul': 'matmul', 'openvino': 'matmul'}  # runtime: graph it runs
@@ -99,8 +98,6 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
     size = 'x'.join(map(str, inputs.shape[2:] if segmentor else model.hw_shape))
     if not segmentor:
         size = f'{inputs.shape[-1]} @ {size}'
-    if onnx_dir:
-        os.makedirs(onnx_dir, exist_ok=True)
     with (contextlib.nullcontext(onnx_dir) if onnx_dir else
           tempfile.TemporaryDirectory()) as folder:
         stem = osp.join(folder, f'{name}-{size}'.replace(' @ ', '@'))
@@ -135,24 +132,6 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                         round(export_seconds, 1), results)
 
 
-def markdown_table(results: list[ParityResult]) -> str:
-    """The results as a Markdown table: time ratios to PyTorch eager per runtime, the op form's
-    time over the matmul form's in onnxruntime, and the parity of every runtime."""
-    lines = ['| model | input | ORT op / PyTorch | ORT matmul / PyTorch | OpenVINO / PyTorch | '
-             'ORT op / matmul | max abs diff (op, matmul, OpenVINO) | max abs logit | '
-             'lowest argmax agreement |', '|---|---|---|---|---|---|---|---|---|']
-    for r in results:
-        row = r.row()
-        lowest = min((v['argmax_agreement'] for v in r.runtimes.values()), default=np.nan)
-        agreement = '-' if np.isnan(lowest) else f'{100 * lowest:.3f}%'  # NaN: no classes
-        diffs = ', '.join(f'{row[f"{runtime}_max_abs_diff"]:.1e}' for runtime in RUNTIMES)
-        lines.append(f'| {r.model} | {r.input_hw} | {row["ort-op_ratio"]:.2f} | '
-                     f'{row["ort-matmul_ratio"]:.2f} | {row["openvino_ratio"]:.2f} | '
-                     f'{row["ort-op_ms"] / row["ort-matmul_ms"]:.2f} | {diffs} | '
-                     f'{r.max_abs_logit:.3g} | {agreement} |')
-    return '\n'.join(lines) + '\n'
-
-
 @dataclass
 class NodeTime:
     """One node's kernel time, in ms a run; ``inputs``: its input shapes as onnxruntime's
@@ -176,22 +155,6 @@ class OnnxProfile:
     @property
     def kernel_ms(self) -> float:
         return sum(self.ops.values())
-
-    def table(self, top: int = 20) -> str:
-        """Markdown: a header line, the operator types, then the ``top`` nodes."""
-        total = self.kernel_ms or 1.0
-        lines = [f'`{self.path}`: {self.threads} thread(s), mean of {len(self.run_ms)} runs after '
-                 f'a warm-up; wall {np.mean(self.run_ms):.1f} ms a run, kernel time '
-                 f'{self.kernel_ms:.1f} ms a run', '',
-                 '| op | ms a run | share | nodes |', '|---|---|---|---|']
-        counts = Counter(node.op for node in self.nodes)
-        lines += [f'| {op} | {ms:.2f} | {ms / total:.1%} | {counts[op]} |'
-                  for op, ms in self.ops.items()]
-        lines += ['', f'| node (top {top}) | op | ms a run | share | input shapes |',
-                  '|---|---|---|---|---|']
-        lines += [f'| {n.name} | {n.op} | {n.ms:.2f} | {n.ms / total:.1%} | {n.inputs} |'
-                  for n in self.nodes[:top]]
-        return '\n'.join(lines)
 
 
 def _random_feed(session, input_shape: list[int] | None) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ __all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'collect_inputs', 'o
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 VIDEO_SUFFIXES = ('.mp4', '.avi')
+_KINDS = f'image ({", ".join(IMAGE_SUFFIXES)}) or video ({", ".join(VIDEO_SUFFIXES)})'
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,7 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
             kind = _kind(path)
             if kind is None:
                 if not osp.isdir(spec) and not glob.has_magic(spec):  # named by itself
-                    raise UserError(f'{path}: not an image ({", ".join(IMAGE_SUFFIXES)}) nor a '
-                                    f'video ({", ".join(VIDEO_SUFFIXES)}) by its suffix')
+                    raise UserError(f'{path}: not an {_KINDS} by its suffix')
                 continue
             matched += 1
             if osp.abspath(path) in found:
@@ -85,8 +85,7 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
             names.add(name)
             found[osp.abspath(path)] = InputFile(path, name, kind == 'video')
         if not matched:
-            raise UserError(f'{spec}: no image ({", ".join(IMAGE_SUFFIXES)}) or video '
-                            f'({", ".join(VIDEO_SUFFIXES)}) in it')
+            raise UserError(f'{spec}: no {_KINDS} in it')
     return list(found.values())
 
 

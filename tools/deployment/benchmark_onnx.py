@@ -33,6 +33,7 @@ import os.path as osp
 import sys
 
 import cv2
+import numpy as np
 import torch
 from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
@@ -41,7 +42,7 @@ from mmengine.registry import init_default_scope
 import afno_seg  # noqa: F401
 from afno_seg.decode_heads import HEADS, use_low_res_fusion
 from afno_seg.deployment import Segmenter
-from afno_seg.deployment.benchmark import RUNTIMES, MixerAlone, compare_backends, markdown_table
+from afno_seg.deployment.benchmark import RUNTIMES, MixerAlone, ParityResult, compare_backends
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.mixers import mixer_variants
 
@@ -138,6 +139,24 @@ def mixers_alone(args) -> list:
             print(result, flush=True)
             results.append(result)
     return results
+
+
+def markdown_table(results: list[ParityResult]) -> str:
+    """The results as a Markdown table: time ratios to PyTorch eager per runtime, the op form's
+    time over the matmul form's in onnxruntime, and the parity of every runtime."""
+    lines = ['| model | input | ORT op / PyTorch | ORT matmul / PyTorch | OpenVINO / PyTorch | '
+             'ORT op / matmul | max abs diff (op, matmul, OpenVINO) | max abs logit | '
+             'lowest argmax agreement |', '|---|---|---|---|---|---|---|---|---|']
+    for r in results:
+        row = r.row()
+        lowest = min((v['argmax_agreement'] for v in r.runtimes.values()), default=np.nan)
+        agreement = '-' if np.isnan(lowest) else f'{100 * lowest:.3f}%'  # NaN: no classes
+        diffs = ', '.join(f'{row[f"{runtime}_max_abs_diff"]:.1e}' for runtime in RUNTIMES)
+        lines.append(f'| {r.model} | {r.input_hw} | {row["ort-op_ratio"]:.2f} | '
+                     f'{row["ort-matmul_ratio"]:.2f} | {row["openvino_ratio"]:.2f} | '
+                     f'{row["ort-op_ms"] / row["ort-matmul_ms"]:.2f} | {diffs} | '
+                     f'{r.max_abs_logit:.3g} | {agreement} |')
+    return '\n'.join(lines) + '\n'
 
 
 def pin_malloc() -> None:
