@@ -6,6 +6,7 @@ One run of the tool as a process (images and a video: what a user runs, start-up
 included) and two for the one-line errors (before and after the model is built); the other
 options call its ``main`` here: the process adds nothing to them.
 """
+import importlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -284,6 +286,9 @@ from afno_seg.engine import atomic_io
 DELAY = float(os.environ.get('AFNO_TEST_WRITE_DELAY', '0'))
 KILL = os.environ.get('AFNO_TEST_KILL', '')  # RANK@N: that rank SIGKILLs itself at its N-th image
 written = 0
+LATE = os.environ.get('AFNO_TEST_LATE', '')  # RANK@S: that rank starts S seconds late
+if LATE and LATE.partition('@')[0] == os.environ.get('RANK', '0'):
+    time.sleep(float(LATE.partition('@')[2]))
 
 
 def _write_all(file, data, path):
@@ -415,12 +420,35 @@ def test_two_torchrun_processes_write_the_labels_of_one_and_a_dead_rank_is_finis
     assert summary['dead_ranks'] == [1] and 'rank 1 died' in dead.stderr
     assert f'rank 1 left {sum(e["rank"] == 1 for e in left)}' in dead.stderr, dead.stderr[-3000:]
     assert 'rerun the same command to finish only those' in dead.stderr
-    rerun = dist_inference(config, checkpoint, folder, tmp_path / 'dead', seams)
+    # Rank 0 starts late: rank 1 has finished images by then, which are not `resumed` (they are
+    # this run's: resumed is what an earlier run's journal holds, not what rank 0 saw at start).
+    rerun = dist_inference(config, checkpoint, folder, tmp_path / 'dead', seams,
+                           AFNO_TEST_LATE='0@4')
     summary = json.loads((tmp_path / 'dead' / 'summary.json').read_text())
     assert 'error: 2 of 40 inputs failed' in rerun.stderr
-    # At least what the dead run's summary called done is resumed; under load rank 0 may list as
-    # `not done` an image whose journal line landed after it read the journals (a known race).
-    assert summary['num_done'] == 38 and summary['num_resumed'] >= 38 - len(left) + sum(
+    assert summary['num_done'] == 38 and summary['num_resumed'] == 38 - len(left) + sum(
         Path(e['input']).name in ('img07.png', 'img23.png') for e in left)
     for path in ones:
         assert (tmp_path / 'dead' / 'labels' / path.name).read_bytes() == path.read_bytes()
+
+
+def test_rank_0_merges_only_after_every_rank_ended_or_died(tmp_path, monkeypatch):
+    """Even when stopped itself, rank 0 waits for a live rank's end marker (its journal is then
+    complete); a dead rank ends the wait at once; one never seen is given up after the grace."""
+    module = importlib.import_module('afno_seg.deployment.segment_files')  # not the function
+    prefix = str(tmp_path / 'run')
+    header = dict(rank=1, host=module.socket.gethostname(), pid=os.getpid())
+    Path(f'{prefix}-rank1.jsonl').write_text(json.dumps(header) + '\n')
+    monkeypatch.setattr(module, 'STOP_GRACE_S', 30.0)
+    stopped = SimpleNamespace(received=signal.SIGTERM)  # as StopSignals has it after a SIGTERM
+    timer = module.threading.Timer(0.5, Path(f'{prefix}-rank1.end').write_text, ('SIGTERM',))
+    timer.start()
+    assert module._wait_for_ranks(prefix, 2, stopped) == []
+    assert Path(f'{prefix}-rank1.end').exists()
+    dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                          capture_output=True, text=True, check=True)
+    header['pid'] = int(dead.stdout)
+    Path(f'{prefix}-rank2.jsonl').write_text(json.dumps(header) + '\n')
+    assert module._wait_for_ranks(prefix, 3, SimpleNamespace(received=None)) == [2]
+    monkeypatch.setattr(module, 'STOP_GRACE_S', 0.2)
+    assert module._wait_for_ranks(prefix, 4, stopped) == [2]  # rank 3: no journal, no marker

@@ -214,7 +214,7 @@ def _two_layer_graph(path) -> str:
 
 
 def test_profile_tool_reports_kernel_time_by_op_and_node(tmp_path):
-    from afno_seg.deployment.onnx_profile import profile_onnx
+    from afno_seg.deployment.benchmark import profile_onnx
     path = _two_layer_graph(tmp_path / 'two.onnx')
     profile = profile_onnx(path, runs=4, input_shape=[2048, 64])
     assert set(profile.ops) == {'MatMul', 'Sigmoid', 'Tanh'}
@@ -234,7 +234,7 @@ def test_profile_tool_reports_kernel_time_by_op_and_node(tmp_path):
 
 
 def test_profile_summary_leaves_out_the_warm_up_run():
-    from afno_seg.deployment.onnx_profile import _summarise
+    from afno_seg.deployment.benchmark import _summarise
 
     def node(ts, dur, name='mm', op='MatMul'):
         return dict(cat='Node', name=f'{name}_kernel_time', ts=ts, dur=dur,

@@ -2,7 +2,7 @@
 ONNX export and onnxruntime, in PyTorch or onnxruntime with the config's own pre- and
 post-processing; an HTML evaluation report (:mod:`.report`, imported on use: it registers
 ``SegReportMetric``)."""
-from .inputs import InputFile, collect_inputs, read_image, read_video_frames
+from .inputs import InputFile, collect_inputs, open_video, read_image
 from .model import load_segmentor, set_inference_mode
 from .onnx_export import (
     SegmentorLogits,
@@ -19,6 +19,6 @@ from .startup import quiet_known_warnings
 __all__ = [
     'InputFile', 'Prediction', 'Segmenter', 'SegmentorLogits', 'Shard', 'array_pipeline',
     'collect_inputs', 'export_network', 'export_onnx', 'load_segmentor', 'onnx_max_abs_difference',
-    'onnx_session', 'openvino_session', 'quiet_known_warnings', 'read_image', 'read_video_frames',
+    'onnx_session', 'open_video', 'openvino_session', 'quiet_known_warnings', 'read_image',
     'segment_files', 'set_inference_mode', 'static_shape_mixers', 'use_onnxruntime'
 ]

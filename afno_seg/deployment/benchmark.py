@@ -1,50 +1,34 @@
-"""onnxruntime (DFT op and matmul forms) and OpenVINO against PyTorch: logit parity and CPU time.
+"""onnxruntime (DFT op and matmul forms) and OpenVINO against PyTorch: logit parity and CPU time;
+where a graph spends its time in onnxruntime.
 
-Each model is exported at its input's size in both DFT forms; then PyTorch and the runtimes
-alternate in each timed round, on the same number of threads, and the ratios of the medians are
-reported (absolute times on a shared machine are noise).
+* :func:`compare_backends`: each model is exported at its input's size in both DFT forms; then
+  PyTorch and the runtimes alternate in each timed round, on the same number of threads, and the
+  ratios of the medians are reported (absolute times on a shared machine are noise).
+* :func:`profile_onnx`: kernel time per operator type and per node, from onnxruntime's own
+  profiler (``SessionOptions.enable_profiling``). The first run is a warm-up (the arena grows,
+  memory is touched for the first time) and is left out; the other runs are averaged. What runs
+  is the graph as onnxruntime optimised it, so node names are the optimised ones
+  (``conv2d_89_nchwc``: a Conv in NCHWc blocks, an Add fused into it). Compare shares within one
+  profile, not milliseconds across runs.
 """
 import contextlib
+import json
 import os
 import os.path as osp
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-from mmengine.config import Config
 
-from ..mixers import mixer_variants
+from ..engine.errors import UserError
 from .onnx_export import INPUT_NAME, SegmentorLogits, export_network, onnx_session
-from .predictor import array_pipeline, openvino_session
+from .predictor import openvino_session
 
-__all__ = ['RUNTIMES', 'MixerAlone', 'ParityResult', 'compare_backends', 'demo_model_configs',
-           'markdown_table', 'prepared_input', 'timed_ms']
-
-
-def demo_model_configs(demo_config: str, variants: list[str] | None = None) -> dict[str, Config]:
-    """The demo config with its mixer swapped for each variant (``variants``: short names)."""
-    table = mixer_variants()
-    configs = {}
-    for name in variants or sorted(table):
-        cfg = Config.fromfile(demo_config)
-        mixer = dict(table[name])
-        if mixer.get('type') == 'AFNOMixer':
-            mixer['num_blocks'] = 4  # the demo's: 32-channel stage 1
-        cfg.model.backbone.mixers = mixer
-        configs[name] = cfg
-    return configs
-
-
-def prepared_input(cfg: Config, image: np.ndarray, model) -> torch.Tensor:
-    """The normalised ``(1, 3, H, W)`` tensor the config's pipeline and preprocessor make of a
-    BGR image (what ``encode_decode`` and the exported graph take)."""
-    from mmcv.transforms import Compose
-    from mmengine.dataset import pseudo_collate
-    item = Compose(array_pipeline(cfg))(dict(img=image))
-    return model.data_preprocessor(pseudo_collate([item]), False)['inputs']
+__all__ = ['RUNTIMES', 'MixerAlone', 'NodeTime', 'OnnxProfile', 'ParityResult',
+           'compare_backends', 'profile_onnx', 'timed_ms']
 
 
 FORMS = {'ort-op': 'op', 'ort-matmul': 'matmul', 'openvino': 'matmul'}  # runtime: graph it runs
@@ -90,7 +74,7 @@ class MixerAlone(torch.nn.Module):
 
 
 def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
-                     threads: int = 1, work_dir: str | None = None,
+                     threads: int = 1,
                      runtimes: tuple[str, ...] = RUNTIMES,
                      onnx_dir: str | None = None) -> ParityResult:
     """Export ``model`` at the size of ``inputs`` in each DFT form, then compare and time PyTorch
@@ -100,11 +84,10 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
         name (str): Row label.
         model (nn.Module): A segmentor (its ``encode_decode`` is exported, as by
             :func:`.export_onnx`), or any module (e.g. :class:`MixerAlone`) taking ``inputs``.
-        inputs (Tensor): ``(1, 3, H, W)`` from :func:`prepared_input`, or the module's input.
+        inputs (Tensor): ``(1, 3, H, W)``, the normalised image (what the data preprocessor
+            makes of :meth:`.Segmenter.prepare`'s output), or the module's input.
         repeats (int): Timed rounds. Default: 5.
         threads (int): torch, onnxruntime and OpenVINO threads. Default: 1.
-        work_dir (str, optional): Where the .onnx files go (a temporary folder if None).
-            Default: None.
         runtimes (tuple[str, ...]): Subset of ``RUNTIMES``. Default: all.
         onnx_dir (str, optional): Keep the exported files there, ``NAME-SIZE-FORM.onnx``
             (for ``tools/deployment/profile_onnx.py``). Default: None (deleted).
@@ -115,10 +98,8 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
     size = 'x'.join(map(str, inputs.shape[2:] if segmentor else model.hw_shape))
     if not segmentor:
         size = f'{inputs.shape[-1]} @ {size}'
-    if onnx_dir:
-        os.makedirs(onnx_dir, exist_ok=True)
     with (contextlib.nullcontext(onnx_dir) if onnx_dir else
-          tempfile.TemporaryDirectory(dir=work_dir)) as folder:
+          tempfile.TemporaryDirectory()) as folder:
         stem = osp.join(folder, f'{name}-{size}'.replace(' @ ', '@'))
         paths = {FORMS[runtime]: f'{stem}-{FORMS[runtime]}.onnx' for runtime in runtimes}
         start = time.perf_counter()
@@ -151,19 +132,89 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                         round(export_seconds, 1), results)
 
 
-def markdown_table(results: list[ParityResult]) -> str:
-    """The results as a Markdown table: time ratios to PyTorch eager per runtime, the op form's
-    time over the matmul form's in onnxruntime, and the parity of every runtime."""
-    lines = ['| model | input | ORT op / PyTorch | ORT matmul / PyTorch | OpenVINO / PyTorch | '
-             'ORT op / matmul | max abs diff (op, matmul, OpenVINO) | max abs logit | '
-             'lowest argmax agreement |', '|---|---|---|---|---|---|---|---|---|']
-    for r in results:
-        row = r.row()
-        lowest = min((v['argmax_agreement'] for v in r.runtimes.values()), default=np.nan)
-        agreement = '-' if np.isnan(lowest) else f'{100 * lowest:.3f}%'  # NaN: no classes
-        diffs = ', '.join(f'{row[f"{runtime}_max_abs_diff"]:.1e}' for runtime in RUNTIMES)
-        lines.append(f'| {r.model} | {r.input_hw} | {row["ort-op_ratio"]:.2f} | '
-                     f'{row["ort-matmul_ratio"]:.2f} | {row["openvino_ratio"]:.2f} | '
-                     f'{row["ort-op_ms"] / row["ort-matmul_ms"]:.2f} | {diffs} | '
-                     f'{r.max_abs_logit:.3g} | {agreement} |')
-    return '\n'.join(lines) + '\n'
+@dataclass
+class NodeTime:
+    """One node's kernel time, in ms a run; ``inputs``: its input shapes as onnxruntime's
+    profiler lists them (without constant weights that a kernel packed in advance)."""
+    name: str
+    op: str
+    ms: float
+    inputs: str
+
+
+@dataclass
+class OnnxProfile:
+    """Milliseconds a run: ``run_ms`` each profiled run's wall time, ``ops`` kernel time by
+    operator type and ``nodes`` by node (both largest first)."""
+    path: str
+    threads: int
+    run_ms: list[float]
+    ops: dict[str, float] = field(default_factory=dict)
+    nodes: list[NodeTime] = field(default_factory=list)
+
+    @property
+    def kernel_ms(self) -> float:
+        return sum(self.ops.values())
+
+
+def _random_feed(session, input_shape: list[int] | None) -> dict[str, np.ndarray]:
+    """Normal random float32 inputs; a symbolic dimension needs ``input_shape``."""
+    feed, rng = {}, np.random.default_rng(0)
+    for graph_input in session.get_inputs():
+        shape = list(graph_input.shape)
+        if input_shape is not None:
+            if len(input_shape) != len(shape):
+                raise UserError(f'--input-shape has {len(input_shape)} dimensions, input '
+                                f'{graph_input.name!r} has {len(shape)} ({shape})')
+            shape = list(input_shape)
+        elif not all(isinstance(size, int) for size in shape):
+            raise UserError(f'input {graph_input.name!r} has symbolic dimensions {shape}: give '
+                            'its sizes with --input-shape')
+        feed[graph_input.name] = rng.standard_normal(shape, dtype=np.float32)
+    return feed
+
+
+def _summarise(events: list[dict], skip_runs: int) -> tuple[dict[str, float], list[NodeTime]]:
+    """Kernel time by op and by node, in microseconds summed over the runs after ``skip_runs``."""
+    starts = sorted(e['ts'] for e in events if e.get('name') == 'model_run')
+    start = starts[skip_runs] if len(starts) > skip_runs else 0
+    ops, nodes = {}, {}
+    for event in events:
+        if (event.get('cat') != 'Node' or not event['name'].endswith('_kernel_time') or
+                event['ts'] < start):
+            continue
+        op, name = event['args'].get('op_name', '?'), event['name'][:-len('_kernel_time')]
+        ops[op] = ops.get(op, 0.0) + event['dur']
+        shapes = [list(s.values())[0] for s in event['args'].get('input_type_shape', [])]
+        nodes.setdefault(name, NodeTime(name, op, 0.0, ', '.join(
+            'x'.join(map(str, s)) or 'scalar' for s in shapes))).ms += event['dur']
+    return ops, list(nodes.values())
+
+
+def profile_onnx(path: str, runs: int = 3, threads: int = 1,
+                 input_shape: list[int] | None = None) -> OnnxProfile:
+    """Profile ``runs`` runs of ``path`` (after one warm-up) on random inputs.
+
+    Args:
+        path (str): An ONNX file.
+        runs (int): Profiled runs after the warm-up. Default: 3.
+        threads (int): onnxruntime's intra-op threads. Default: 1.
+        input_shape (list[int], optional): The input's shape where the graph's has symbolic
+            dimensions (``--dynamic`` exports). Default: None.
+    """
+    if runs < 1:
+        raise UserError(f'runs must be >= 1, got {runs}')
+    with tempfile.TemporaryDirectory() as folder:
+        session = onnx_session(path, threads=threads, profile_prefix=os.path.join(folder, 'ort'))
+        feed = _random_feed(session, input_shape)
+        session.run(None, feed)
+        run_ms = [timed_ms(lambda: session.run(None, feed)) for _ in range(runs)]
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    ops, nodes = _summarise(events, skip_runs=1)
+    scale = 1e-3 / runs  # microseconds over all runs -> ms a run
+    for node in nodes:
+        node.ms *= scale
+    return OnnxProfile(path, threads, run_ms,
+                       {op: us * scale for op, us in sorted(ops.items(), key=lambda i: -i[1])},
+                       sorted(nodes, key=lambda n: -n.ms))

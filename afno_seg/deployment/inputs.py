@@ -12,15 +12,17 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
+from mmcv import VideoReader
 
 from ..datasets.transforms import file_problem
 from ..engine.errors import UserError
 
-__all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'collect_inputs', 'read_image',
-           'read_video_frames', 'video_frame_count']
+__all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'collect_inputs', 'open_video',
+           'read_image']
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 VIDEO_SUFFIXES = ('.mp4', '.avi')
+_KINDS = f'image ({", ".join(IMAGE_SUFFIXES)}) or video ({", ".join(VIDEO_SUFFIXES)})'
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,7 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
             kind = _kind(path)
             if kind is None:
                 if not osp.isdir(spec) and not glob.has_magic(spec):  # named by itself
-                    raise UserError(f'{path}: not an image ({", ".join(IMAGE_SUFFIXES)}) nor a '
-                                    f'video ({", ".join(VIDEO_SUFFIXES)}) by its suffix')
+                    raise UserError(f'{path}: not an {_KINDS} by its suffix')
                 continue
             matched += 1
             if osp.abspath(path) in found:
@@ -84,8 +85,7 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
             names.add(name)
             found[osp.abspath(path)] = InputFile(path, name, kind == 'video')
         if not matched:
-            raise UserError(f'{spec}: no image ({", ".join(IMAGE_SUFFIXES)}) or video '
-                            f'({", ".join(VIDEO_SUFFIXES)}) in it')
+            raise UserError(f'{spec}: no {_KINDS} in it')
     return list(found.values())
 
 
@@ -98,28 +98,11 @@ def read_image(path: str) -> np.ndarray:
     return image
 
 
-def video_frame_count(path: str) -> int:
-    """The frame count a video's header gives (0 if OpenCV cannot tell)."""
-    capture = cv2.VideoCapture(path)
-    try:
-        return max(int(capture.get(cv2.CAP_PROP_FRAME_COUNT)), 0)
-    finally:
-        capture.release()
-
-
-def read_video_frames(path: str) -> tuple[Iterator[np.ndarray], float]:
-    """``(frames, fps)`` of a video; frames are BGR ``uint8 (H, W, 3)``."""
-    capture = cv2.VideoCapture(path)
-    if not capture.isOpened():
-        problem = 'file not found' if not osp.isfile(path) else 'truncated, or not a video'
+def open_video(path: str) -> VideoReader:
+    """mmcv's reader of a video: ``fps``, ``frame_cnt`` (its header's; 0 if OpenCV cannot tell)
+    and BGR ``uint8 (H, W, 3)`` frames from ``read()`` (None at the end)."""
+    video = VideoReader(path) if osp.isfile(path) else None
+    if video is None or not video.opened:
+        problem = 'file not found' if video is None else 'truncated, or not a video'
         raise UserError(f'{path}: video cannot be opened by OpenCV ({problem})')
-    fps = capture.get(cv2.CAP_PROP_FPS) or 25.0
-
-    def frames() -> Iterator[np.ndarray]:
-        try:
-            while (frame := capture.read()[1]) is not None:  # (False, None) at the end
-                yield frame
-        finally:
-            capture.release()
-
-    return frames(), fps
+    return video

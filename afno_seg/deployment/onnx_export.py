@@ -134,7 +134,7 @@ def onnx_session(path: str, threads: int | None = None, device: str = 'cpu',
                  profile_prefix: str | None = None):
     """An onnxruntime ``InferenceSession`` of ``path`` (CUDA provider first for ``cuda``);
     ``profile_prefix``: onnxruntime's profiler on, its JSON file named from this prefix
-    (:mod:`.onnx_profile`)."""
+    (:func:`.benchmark.profile_onnx`)."""
     import onnxruntime
     if not osp.isfile(path):
         raise UserError(f'ONNX file not found: {path}')

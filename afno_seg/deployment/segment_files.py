@@ -17,9 +17,11 @@ outputs, size, inference time and classes, or why it failed, or that it is not d
   whose prepared tensors have one size are batched (the labels are those of batch 1); PNGs are
   written in a thread while the next batch is in the model.
 * **Shards.** Rank ``r`` of ``w`` takes inputs ``r, r + w, ...``. Ranks meet only through the
-  output folder: each writes ``RUN-rankR.done`` when its share is through; rank 0 waits for them
-  (or a stop signal, or a dead rank) and merges every journal into ``summary.json``, where what a
-  rank left is ``not done`` with that rank.
+  output folder: each writes ``RUN-rankR.end`` once its journal is complete (flushed, fsynced,
+  closed), whether its share is through or a signal stopped it. Rank 0 waits until every rank has
+  ended or died (after a stop signal of its own, at most ``STOP_GRACE_S`` for ranks it cannot
+  see), then merges the journals into ``summary.json`` by the rule a rerun uses: what a rank left
+  is ``not done`` with that rank, and ``resumed`` is what a journal of an earlier run holds.
 """
 import functools
 import glob
@@ -35,23 +37,25 @@ import time
 from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+from mmcv import VideoReader
 from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader
 
 from ..engine.atomic_io import atomic_write, remove_stale_temp_files
 from ..engine.distributed import process_running
 from ..engine.errors import UserError
-from .inputs import InputFile, read_image, read_video_frames, video_frame_count
+from ..engine.preemption import StopSignals
+from .inputs import InputFile, open_video, read_image
 from .outputs import VideoOverlayWriter, overlay, to_label_ids, write_png
 from .predictor import Segmenter
 
 __all__ = ['PROGRESS_DIR', 'Shard', 'segment_files']
 
 PROGRESS_DIR = '.progress'
+STOP_GRACE_S = 10.0  # rank 0, stopped: how long it waits for ranks neither ended nor seen dead
 
 
 @dataclass
@@ -84,12 +88,13 @@ def _leave_stop_signals_to_the_parent(_) -> None:
         signal.signal(number, signal.SIG_IGN)
 
 
-def completed_inputs(out_dir: str) -> dict[str, dict]:
+def completed_inputs(out_dir: str, run_id: str = '') -> dict[str, dict]:
     """``{absolute input path: entry}`` of every journal under ``out_dir``, the latest line of
     each input winning; a line cut by a kill is ignored; ``ok`` entries whose outputs are gone are
-    dropped."""
+    dropped; ``ok`` entries from another run's journal than ``run_id``'s get ``resumed=True``."""
     entries = {}
     for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
+        earlier = not osp.basename(journal).startswith(f'{run_id}-rank')
         with open(journal) as file:
             for line in file:
                 try:
@@ -97,38 +102,21 @@ def completed_inputs(out_dir: str) -> dict[str, dict]:
                 except ValueError:
                     continue
                 if 'input' in entry:  # the first line names the process instead
+                    if earlier and entry['status'] == 'ok':
+                        entry['resumed'] = True
                     entries[osp.abspath(entry['input'])] = entry
     return {path: entry for path, entry in entries.items() if entry['status'] != 'ok' or all(
         osp.isfile(entry[key]) for key in ('label', 'overlay', 'video') if key in entry)}
 
 
-@contextmanager
-def _stop_requests():
-    """A list that the first SIGTERM/SIGINT appends its name to; the next one acts as it would
-    have (only the main thread can handle signals; elsewhere nothing is installed)."""
-    stopped: list[str] = []
-    main = threading.current_thread() is threading.main_thread()
-
-    def note(number, _) -> None:
-        stopped.append(signal.Signals(number).name)
-        signal.signal(number, previous[number])
-
-    previous = {number: signal.signal(number, note) for number in (signal.SIGTERM, signal.SIGINT)
-                if main}
-    try:
-        yield stopped
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
 class _Run:
     """One process's share: the journal, the writer thread, failures, the progress bar."""
 
-    def __init__(self, segmenter, out_dir, shard, label_format, opacity, strict, steps, progress):
+    def __init__(self, segmenter, out_dir, shard, label_format, opacity, strict, steps, progress,
+                 stops: StopSignals):
         meta = segmenter.model.dataset_meta
         self.classes, self.palette = list(meta['classes']), np.asarray(meta['palette'])
-        self.segmenter, self.out_dir, self.strict = segmenter, out_dir, strict
+        self.segmenter, self.out_dir, self.strict, self.stops = segmenter, out_dir, strict, stops
         self.label_format, self.opacity = label_format, opacity
         os.makedirs(osp.join(out_dir, PROGRESS_DIR), exist_ok=True)
         for folder in ('labels', 'overlays'):  # what a killed run was writing
@@ -139,6 +127,11 @@ class _Run:
         self.record(dict(rank=shard.rank, host=socket.gethostname(), pid=os.getpid()))
         self.pool = ThreadPoolExecutor(1, thread_name_prefix='afno_seg_writer')
         self.bar = ProgressBar(steps) if progress and steps else None
+
+    @property
+    def stopped_by(self) -> str | None:
+        """The name of the stop signal received (SIGTERM, SIGINT), if any."""
+        return self.stops.received.name if self.stops.received else None
 
     def record(self, entry: dict) -> None:
         with self.lock:
@@ -165,6 +158,8 @@ class _Run:
                 self.pending.popleft().result()
         finally:
             self.pool.shutdown()
+            self.journal.flush()
+            os.fsync(self.journal.fileno())  # complete before the end marker, on any file system
             self.journal.close()
             if self.bar:
                 print()  # end the progress bar's line
@@ -195,15 +190,14 @@ class _Run:
                          width=int(image.shape[1]), seconds=round(prediction.seconds, 4),
                          classes=self.class_names(np.unique(label).tolist()), **written))
 
-    def images(self, items: Sequence[InputFile], batch_size: int, workers: int,
-               stopped: list) -> None:
+    def images(self, items: Sequence[InputFile], batch_size: int, workers: int) -> None:
         # batch_size=None: the workers apply collate_fn to each item alone
         loader = DataLoader(items, batch_size=None, num_workers=workers if items else 0,
                             collate_fn=functools.partial(_decode, self.segmenter.prepare),
                             worker_init_fn=_leave_stop_signals_to_the_parent)
         buckets: dict[tuple, list] = {}
         for item, image, prepared, reason in loader:
-            if stopped:
+            if self.stopped_by:
                 return
             if reason is not None:
                 self.fail(item, reason)
@@ -215,17 +209,18 @@ class _Run:
         for bucket in buckets.values():
             self.predict(bucket)
 
-    def video(self, item: InputFile, batch_size: int, stopped: list) -> None:
+    def video(self, item: InputFile, batch_size: int) -> None:
         """Overlay every frame of a video into ``OUT/videos/NAME.<suffix>``."""
         try:
-            frames, fps = read_video_frames(item.path)
+            video = open_video(item.path)
         except UserError as error:
             return self.fail(item, _reason(error, item.path))
+        fps, frames = video.fps or 25.0, (frame for frame in video)  # islice(video) would rewind
         writer = VideoOverlayWriter(osp.join(self.out_dir, 'videos', item.name + osp.splitext(
             item.path)[1].lower()), fps)
         seen, seconds, shape, start = set(), 0.0, (0, 0), time.perf_counter()
         try:
-            while not stopped and (chunk := list(itertools.islice(frames, batch_size))):
+            while not self.stopped_by and (chunk := list(itertools.islice(frames, batch_size))):
                 for image, prediction in zip(chunk, self.segmenter(chunk)):
                     writer.write(overlay(image, prediction.label, self.palette, self.opacity))
                     seen.update(np.unique(prediction.label).tolist())
@@ -233,14 +228,29 @@ class _Run:
                     if self.bar:
                         self.bar.update()
         finally:
-            writer.close(complete=not stopped)
-        if stopped:
+            writer.close(complete=not self.stopped_by)
+        if self.stopped_by:
             return
         self.record(dict(input=item.path, status='ok', video=writer.path, frames=writer.frames,
                          fps=fps, height=int(shape[0]), width=int(shape[1]),
                          seconds=round(seconds / max(writer.frames, 1), 4),
                          total_seconds=round(time.perf_counter() - start, 2),
                          classes=self.class_names(seen)))
+
+
+def _wait_for_ranks(prefix: str, world_size: int, stops: StopSignals) -> list[int]:
+    """Wait until ranks ``1 .. world_size - 1`` of the run ``prefix`` have each written their end
+    marker or died; after a stop signal, :data:`STOP_GRACE_S` at most. Returns the dead ranks."""
+    deadline = None
+    while True:  # polled, so that a stop signal or a dead rank is seen at once
+        waiting = [rank for rank in range(1, world_size)
+                   if not osp.exists(f'{prefix}-rank{rank}.end')]
+        dead = [rank for rank in waiting if _died(f'{prefix}-rank{rank}.jsonl')]
+        if stops.received and deadline is None:
+            deadline = time.monotonic() + STOP_GRACE_S
+        if dead == waiting or (deadline is not None and time.monotonic() > deadline):
+            return dead
+        time.sleep(0.1)
 
 
 def _died(journal: str) -> bool:
@@ -282,45 +292,36 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
             if earlier.get(osp.abspath(item.path), {}).get('status') != 'ok']
     images = [item for item in todo if not item.is_video]
     videos = [item for item in todo if item.is_video]
-    run = _Run(segmenter, out_dir, shard, label_format, opacity, strict,
-               len(images) + sum(video_frame_count(item.path) for item in videos), progress)
-    with _stop_requests() as stopped:
+    steps = len(images) + sum(max(VideoReader(item.path).frame_cnt, 0) for item in videos
+                              if osp.isfile(item.path))  # a bad video: 0, failed later
+    # The first SIGTERM/SIGINT is recorded (the run stops in order), a later one exits at once.
+    with StopSignals(('SIGTERM', 'SIGINT')) as stops:
+        run = _Run(segmenter, out_dir, shard, label_format, opacity, strict, steps, progress, stops)
         try:
-            run.images(images, batch_size, workers, stopped)
+            run.images(images, batch_size, workers)
             for item in videos:
-                if not stopped:
-                    run.video(item, batch_size, stopped)
+                if not run.stopped_by:
+                    run.video(item, batch_size)
         finally:
             run.close()
-        if not stopped:
-            atomic_write('', osp.join(out_dir, PROGRESS_DIR,
-                                      f'{shard.run_id}-rank{shard.rank}.done'))
+        stopped = run.stopped_by
+        prefix = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
+        atomic_write(stopped or '', f'{prefix}-rank{shard.rank}.end')
         if shard.rank:
             if stopped:
-                raise UserError(f'rank {shard.rank} stopped by {stopped[0]}; rerun the same '
+                raise UserError(f'rank {shard.rank} stopped by {stopped}; rerun the same '
                                 'command to finish what it left')
             return None
-        prefix = osp.join(out_dir, PROGRESS_DIR, shard.run_id)
-        while True:  # polled, so that a stop signal or a dead rank is seen at once
-            waiting = [rank for rank in range(1, shard.world_size)
-                       if not osp.exists(f'{prefix}-rank{rank}.done')]
-            dead = [rank for rank in waiting if _died(f'{prefix}-rank{rank}.jsonl')]
-            if not waiting or dead or stopped:
-                break
-            time.sleep(0.1)
-    done = completed_inputs(out_dir)
-    entries = []
-    for index, item in enumerate(files):
-        key = osp.abspath(item.path)
-        entry = done.get(key) or dict(input=item.path, status='not done',
-                                      rank=index % shard.world_size)
-        resumed = earlier.get(key, {}).get('status') == 'ok'
-        entries.append(dict(entry, resumed=True) if resumed else entry)
+        dead = _wait_for_ranks(prefix, shard.world_size, stops)
+    done = completed_inputs(out_dir, shard.run_id)
+    entries = [done.get(osp.abspath(item.path)) or dict(
+        input=item.path, status='not done', rank=index % shard.world_size)
+        for index, item in enumerate(files)]
     count = Counter(entry['status'] for entry in entries)
     summary = dict(**(meta or {}), label_format=label_format, num_inputs=len(entries),
                    num_done=count['ok'], num_failed=count['failed'],
                    num_not_done=count['not done'], num_resumed=sum('resumed' in e for e in entries),
-                   stopped_by=stopped[0] if stopped else None, world_size=shard.world_size,
+                   stopped_by=stopped, world_size=shard.world_size,
                    dead_ranks=dead, inputs=entries)
     atomic_write(json.dumps(summary, indent=2) + '\n', osp.join(out_dir, 'summary.json'))
     return summary

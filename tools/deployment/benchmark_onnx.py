@@ -33,21 +33,18 @@ import os.path as osp
 import sys
 
 import cv2
+import numpy as np
 import torch
 from mmengine.config import Config
+from mmengine.dataset import pseudo_collate
 from mmengine.registry import init_default_scope
 
 import afno_seg  # noqa: F401
 from afno_seg.decode_heads import HEADS, use_low_res_fusion
-from afno_seg.deployment.benchmark import (
-    RUNTIMES,
-    MixerAlone,
-    compare_backends,
-    demo_model_configs,
-    markdown_table,
-    prepared_input,
-)
+from afno_seg.deployment import Segmenter
+from afno_seg.deployment.benchmark import RUNTIMES, MixerAlone, ParityResult, compare_backends
 from afno_seg.deployment.startup import quiet_known_warnings
+from afno_seg.mixers import mixer_variants
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 FRAME = osp.join(ROOT, '..', 'shared', 'data', 'cityscapes_sample', 'leftImg8bit', 'val',
@@ -87,6 +84,20 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def demo_model_configs(variants: list[str] | None = None) -> dict[str, Config]:
+    """The demo config with its mixer swapped for each variant (``variants``: short names)."""
+    table = mixer_variants()
+    configs = {}
+    for name in variants or sorted(table):
+        cfg = Config.fromfile(DEMO)
+        mixer = dict(table[name])
+        if mixer.get('type') == 'AFNOMixer':
+            mixer['num_blocks'] = 4  # the demo's: 32-channel stage 1
+        cfg.model.backbone.mixers = mixer
+        configs[name] = cfg
+    return configs
+
+
 def b3_config(name: str, scale) -> Config:
     cfg = Config.fromfile(osp.join(ROOT, 'configs', f'segformer_{name}_b3_cityscapes.py'))
     cfg.model.backbone.init_cfg = None
@@ -106,7 +117,7 @@ def mixers_alone(args) -> list:
     results = []
     points = list(args.mixers_alone) + (list(B3_STAGE_POINTS) if args.stage_points else [])
     for height, width, channels in points:
-        for name, cfg in demo_model_configs(DEMO, args.variants).items():
+        for name, cfg in demo_model_configs(args.variants).items():
             mixer_cfg = dict(cfg.model.backbone.mixers)
             if mixer_cfg['type'] == 'AFNOMixer':
                 mixer_cfg['num_blocks'] = 8  # the B3 configs'
@@ -130,6 +141,24 @@ def mixers_alone(args) -> list:
     return results
 
 
+def markdown_table(results: list[ParityResult]) -> str:
+    """The results as a Markdown table: time ratios to PyTorch eager per runtime, the op form's
+    time over the matmul form's in onnxruntime, and the parity of every runtime."""
+    lines = ['| model | input | ORT op / PyTorch | ORT matmul / PyTorch | OpenVINO / PyTorch | '
+             'ORT op / matmul | max abs diff (op, matmul, OpenVINO) | max abs logit | '
+             'lowest argmax agreement |', '|---|---|---|---|---|---|---|---|---|']
+    for r in results:
+        row = r.row()
+        lowest = min((v['argmax_agreement'] for v in r.runtimes.values()), default=np.nan)
+        agreement = '-' if np.isnan(lowest) else f'{100 * lowest:.3f}%'  # NaN: no classes
+        diffs = ', '.join(f'{row[f"{runtime}_max_abs_diff"]:.1e}' for runtime in RUNTIMES)
+        lines.append(f'| {r.model} | {r.input_hw} | {row["ort-op_ratio"]:.2f} | '
+                     f'{row["ort-matmul_ratio"]:.2f} | {row["openvino_ratio"]:.2f} | '
+                     f'{row["ort-op_ms"] / row["ort-matmul_ms"]:.2f} | {diffs} | '
+                     f'{r.max_abs_logit:.3g} | {agreement} |')
+    return '\n'.join(lines) + '\n'
+
+
 def pin_malloc() -> None:
     """glibc's ``mallopt``: mmap threshold and trim threshold 1 GiB (``M_MMAP_THRESHOLD`` -3,
     ``M_TRIM_THRESHOLD`` -1), so freed large blocks are reused without new page faults."""
@@ -147,7 +176,7 @@ def main(argv=None) -> int:
     init_default_scope('mmseg')
     image = cv2.resize(cv2.imread(args.frame), (2048, 1024), interpolation=cv2.INTER_LINEAR)
     configs = {} if args.no_demo else {
-        f'demo-{k}': v for k, v in demo_model_configs(DEMO, args.variants).items()}
+        f'demo-{k}': v for k, v in demo_model_configs(args.variants).items()}
     configs.update({f'B3-{name}': b3_config(name, args.b3_scale) for name in args.b3 or []})
     results = []
     for (name, base_cfg), head in itertools.product(configs.items(), args.heads):
@@ -158,7 +187,10 @@ def main(argv=None) -> int:
         model = MODELS.build(cfg.model)
         model.init_weights()
         model.eval()
-        inputs = prepared_input(cfg, image, model)
+        model.cfg = cfg  # Segmenter's test pipeline comes from it, as after mmseg's init_model
+        # the normalised (1, 3, H, W) image: what encode_decode and the exported graph take
+        prepared = Segmenter(model).prepare(image)
+        inputs = model.data_preprocessor(pseudo_collate([prepared]), False)['inputs']
         result = compare_backends(name if head == 'low-res' else f'{name}+stock-head', model,
                                   inputs, args.repeats, args.threads,
                                   runtimes=tuple(args.runtimes), onnx_dir=args.onnx_dir)
