@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, ModuleList
-from mmengine.model.weight_init import constant_init, kaiming_init, trunc_normal_
+from mmengine.model.weight_init import constant_init, kaiming_init, trunc_normal_, trunc_normal_init
 from mmpretrain.models.utils import resize_pos_embed
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
@@ -148,9 +148,7 @@ class MixerViT(BaseModule):
         """
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+                trunc_normal_init(m, std=.02, bias=0.)
             elif isinstance(m, nn.LayerNorm):
                 constant_init(m, val=1., bias=0.)
         kaiming_init(self.patch_embed.projection, mode='fan_in', nonlinearity='linear')

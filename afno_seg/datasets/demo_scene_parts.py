@@ -150,8 +150,8 @@ def _ground(x0, x1, z0, z1, y=0.0):
 
 def _ground_disc(x, z, radius, n=16):
     """Horizontal disc on the ground (a tree's shadow, a manhole cover)."""
-    ang = np.linspace(0, 2 * np.pi, n, endpoint=False)
-    return np.stack([x + radius * np.cos(ang), np.zeros(n), z + radius * np.sin(ang)], -1)
+    cos, sin = _unit_circle(n).T
+    return np.stack([x + radius * cos, np.zeros(n), z + radius * sin], -1)
 
 
 def _paint_sky(scene, rng):
@@ -217,16 +217,13 @@ def _paint_ground(scene, rng, street):
     marks = []
     for k in range(1, lanes):
         x = left + k * (right - left) / lanes
-        marks += [scene.project(_ground(x - 0.07, x + 0.07, z, z + dash))
-                  for z in np.arange(zn, stop, period)]
+        marks += [_ground(x - 0.07, x + 0.07, z, z + dash) for z in np.arange(zn, stop, period)]
     if rng.random() < 0.5:  # solid edge lines
-        marks += [scene.project(_ground(x - 0.07, x + 0.07, zn, stop))
-                  for x in (left + 0.3, right - 0.3)]
+        marks += [_ground(x - 0.07, x + 0.07, zn, stop) for x in (left + 0.3, right - 0.3)]
     if rng.random() < 0.25:  # zebra crossing
         z0 = rng.uniform(6, 25)
-        marks += [scene.project(_ground(x, x + 0.5, z0, z0 + 3))
-                  for x in np.arange(left + 0.3, right - 0.5, 1.0)]
-    scene.fill(marks, paint, ROAD, 0.1, 0.1)
+        marks += [_ground(x, x + 0.5, z0, z0 + 3) for x in np.arange(left + 0.3, right - 0.5, 1.0)]
+    scene.paint(marks, paint, ROAD, 0.1, 0.1)
     if rng.random() < 0.4:  # manhole cover
         disc = _ground_disc(rng.uniform(left + 1, right - 1), rng.uniform(5, 20), 0.35)
         scene.paint([disc], road_colour * 0.6, ROAD)

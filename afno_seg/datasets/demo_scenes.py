@@ -7,12 +7,9 @@ street and the drawing.
 import cv2
 import numpy as np
 
-from .demo_scene_parts import (  # noqa: F401 (re-exported)
-    BICYCLE,
+from .demo_scene_parts import (
     BUILDING,
     BUILDING_COLOURS,
-    BUS,
-    CAR,
     CAR_COLOURS,
     CLASSES,
     CLOTHES,
@@ -21,22 +18,11 @@ from .demo_scene_parts import (  # noqa: F401 (re-exported)
     GREYS,
     IGNORE,
     LIGHT,
-    MOTORCYCLE,
     PERSON,
     POLE,
-    RIDER,
-    ROAD,
     SIDE_Z_MIN,
-    SIDEWALK,
-    SIDEWALK_COLOURS,
     SIGN,
-    SKIES,
     SKINS,
-    SKY,
-    TERRAIN,
-    TERRAINS,
-    TRAIN,
-    TRUCK,
     VEGETATION,
     WALL,
     _front,
@@ -53,7 +39,7 @@ from .demo_scene_parts import (  # noqa: F401 (re-exported)
     _smooth_noise,
 )
 
-__all__ = ['CLASSES', 'IGNORE', 'render_scene']
+__all__ = ['render_scene']
 
 
 def _draw_building(scene, rng, side, x, z0, z1, height, light, sky_colour):
@@ -67,9 +53,9 @@ def _draw_building(scene, rng, side, x, z0, z1, height, light, sky_colour):
     floor_h, spacing = rng.uniform(2.8, 3.6), rng.uniform(2.2, 4.0)
     win_w, win_h = spacing * rng.uniform(0.35, 0.7), floor_h * rng.uniform(0.4, 0.65)
     if rng.random() < 0.3:  # cornice bands between floors
-        bands = [scene.project(_lateral(x, y, y + 0.25, zs, z1))
+        bands = [_lateral(x, y, y + 0.25, zs, z1)
                  for y in np.arange(floor_h, height - 0.5, floor_h)]
-        scene.fill(bands, colour * gain * rng.uniform(0.75, 1.2))
+        scene.paint(bands, colour * gain * rng.uniform(0.75, 1.2))
     first = 0
     if rng.random() < 0.5:  # shop front: a glass band on the ground floor
         scene.paint([_lateral(x, 0.4, floor_h * 0.8, zs, z1)],
@@ -176,7 +162,7 @@ def _draw_vehicle(scene, rng, x, z, kind, light):
     w, h, length = {'car': (rng.uniform(1.65, 1.95), rng.uniform(1.35, 1.6), rng.uniform(3.9, 4.8)),
                     'truck': (2.4, rng.uniform(2.8, 3.6), rng.uniform(6, 9)),
                     'bus': (2.5, rng.uniform(2.9, 3.3), rng.uniform(10, 13))}[kind]
-    label = {'car': CAR, 'truck': TRUCK, 'bus': BUS}[kind]
+    label = CLASSES.index(kind)
     colour = _pick(rng, CAR_COLOURS if kind == 'car' else CAR_COLOURS[4:], 15)
     glass = np.clip(_pick(rng, [(30, 35, 45), (90, 100, 115)], 15), 0, 255)
     tyre = _pick(rng, [(25, 25, 27)], 6)

@@ -31,11 +31,8 @@ def _tensors(value):
     if isinstance(value, torch.Tensor):
         if value.is_floating_point() or value.is_complex():
             yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
+    elif isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
             yield from _tensors(item)
 
 
