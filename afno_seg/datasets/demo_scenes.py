@@ -1,35 +1,30 @@
 """The demo street scenes: :func:`render_scene` draws one image and its Cityscapes train-id labels.
 
-What they look like and why: ``tools/dataset/make_demo_data.py``. Classes, palettes, noise, the
-camera and canvas are in :mod:`.demo_scene_parts`; below, the objects, the planning of a
-street and the drawing.
+What they look like and why: ``tools/dataset/make_demo_data.py``. Classes, the ground and sky,
+noise, the camera and canvas are in :mod:`.demo_scene_parts`; below, the objects and their
+colours, the planning of a street and the drawing.
 """
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
 
 from .demo_scene_parts import (
     BUILDING,
-    BUILDING_COLOURS,
-    CAR_COLOURS,
     CLASSES,
-    CLOTHES,
     FENCE,
-    GREENS,
     GREYS,
     IGNORE,
     LIGHT,
     PERSON,
     POLE,
-    SIDE_Z_MIN,
     SIGN,
-    SKINS,
     VEGETATION,
     WALL,
     _front,
     _ground,
     _ground_disc,
     _lateral,
-    _Light,
     _paint_ground,
     _paint_sky,
     _pick,
@@ -40,6 +35,29 @@ from .demo_scene_parts import (
 )
 
 __all__ = ['render_scene']
+
+SIDE_Z_MIN = 1.0  # metres; roadside objects nearer than this are outside the frame anyway
+
+# Object colours (RGB), greys included on purpose (as on the ground).
+BUILDING_COLOURS = GREYS + [(200, 188, 165), (150, 82, 62), (222, 220, 212), (178, 148, 108),
+                            (105, 118, 132), (92, 86, 80)]
+CAR_COLOURS = GREYS + [(30, 30, 34), (228, 228, 226), (160, 30, 30), (35, 60, 130), (40, 80, 55),
+                       (190, 190, 198), (200, 160, 40)]
+CLOTHES = GREYS + [(30, 30, 35), (40, 55, 95), (150, 40, 40), (225, 225, 220), (60, 90, 60),
+                   (130, 100, 70), (200, 170, 60)]
+SKINS = [(225, 190, 160), (190, 145, 110), (140, 100, 70), (90, 62, 45)]
+GREENS = [(60, 100, 45), (85, 120, 50), (40, 70, 40), (110, 125, 60), (125, 110, 55)]
+
+
+@dataclass
+class _Light:
+    """Per-image illumination: sun strength (0 = overcast) and the side the sun shines from."""
+    sun: float
+    sun_side: int
+
+    def facade_gain(self, side):
+        lit = -side == self.sun_side  # a facade on side s faces -s
+        return 1 + 0.15 * self.sun if lit else 1 - 0.4 * self.sun
 
 
 def _draw_building(scene, rng, side, x, z0, z1, height, light, sky_colour):

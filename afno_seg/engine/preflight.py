@@ -97,9 +97,7 @@ def image_folder(dataset) -> str:
     prefix = dataset.get('data_prefix') or ''
     if isinstance(prefix, dict):
         prefix = prefix.get('img_path', '') or ''
-    if not prefix and dataset.get('split'):
-        prefix = dataset['split']
-    return osp.join(dataset.get('data_root', '') or '', prefix)
+    return osp.join(dataset.get('data_root', '') or '', prefix or dataset.get('split') or '')
 
 
 def _default_argument(dataset_type, name: str, fallback):

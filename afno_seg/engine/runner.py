@@ -63,8 +63,7 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
     runs gloo and mmengine's DDP wrapper with ``device_ids=None`` (the Runner's default passes
     ``[LOCAL_RANK]``, which DDP refuses for CPU modules). SyncBN becomes BatchNorm once the model
     is built (:class:`AfnoSegRunner`)."""
-    if cuda_available is None:
-        cuda_available = torch.cuda.is_available()
+    cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
     if precision is not None:
         apply_precision(cfg, precision, cuda_available)
     if cuda_available or not distributed:
