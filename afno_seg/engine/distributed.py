@@ -31,8 +31,8 @@ _peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
 
 def init_cpu_process_group(timeout_s: float | None = None) -> None:
     """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*;
-    ``timeout_s``: how long a collective waits for a silent peer before it fails (None:
-    :data:`DEFAULT_COLLECTIVE_TIMEOUT_S`, mmengine's ``env_cfg.dist_cfg.timeout`` unit)."""
+    ``timeout_s``: how long a collective waits for a silent peer before it fails, in seconds as
+    mmengine's ``env_cfg.dist_cfg.timeout`` (None: :data:`DEFAULT_COLLECTIVE_TIMEOUT_S`)."""
     if dist.is_initialized():
         return
     missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
