@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from afno_seg.datasets import demo_dataset as demo
-from afno_seg.datasets import demo_scenes as parts
+from afno_seg.datasets import demo_scene_parts as parts
 
 from conftest import load_script
 

@@ -3,6 +3,7 @@ back by a context manager; inside ``run_tool`` a failure leaves them ignored (th
 import signal
 
 import pytest
+from mmengine.runner import Runner
 
 from afno_seg.engine import UserError, run_tool
 from afno_seg.engine.preemption import (
@@ -10,19 +11,23 @@ from afno_seg.engine.preemption import (
     installed_stop_signals,
     stop_signals_released,
 )
-from afno_seg.engine.runner import _ReleasesStopSignals
+from afno_seg.engine.runner import AfnoSegRunner
 
 
-class _Training:
-    """Stands for Runner.train: installs handlers as the checkpoint hook does, then fails."""
+class _Runner(AfnoSegRunner):
+    """AfnoSegRunner whose Runner.train installs handlers as the checkpoint hook does, then
+    fails (no Runner is built: train() is all this test calls)."""
 
+    def __init__(self):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _failing_runner_train(monkeypatch):
     def train(self):
         assert StopSignals(['SIGUSR2']).install()
         raise UserError('training failed')
-
-
-class _Runner(_ReleasesStopSignals, _Training):
-    pass
+    monkeypatch.setattr(Runner, 'train', train)
 
 
 def test_installed_stop_signals_is_read_from_the_signal_table():

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..engine.checkpoint import read_state_dict
+from ..engine.checkpoint import read_state_dict, state_dict_of
 from ..engine.checkpoint_fit import FitReport, load_state, mixer_prefixes
 
 __all__ = ['MitPosition', 'detect_layout', 'load_pretrained_mit', 'mit_position',
@@ -108,8 +108,7 @@ def mit_state_dict(state: dict[str, Tensor], prefix: str | None = None) -> tuple
     """
     if prefix is None and not any(k.startswith(('layers.', 'patch_embed', 'block')) for k in state):
         prefix = 'backbone.' if any(k.startswith('backbone.') for k in state) else None
-    if prefix:
-        state = OrderedDict((k[len(prefix):], v) for k, v in state.items() if k.startswith(prefix))
+    state = state_dict_of(state, prefix)
     layout = detect_layout(state)
     return (official_to_mmseg(state) if layout == 'official' else state), layout
 

@@ -27,7 +27,8 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, ModuleList
-from mmengine.model.weight_init import constant_init, kaiming_init, trunc_normal_
+from mmengine.model.weight_init import constant_init, kaiming_init, trunc_normal_, trunc_normal_init
+from mmengine.utils import to_2tuple
 from mmpretrain.models.utils import resize_pos_embed
 from mmseg.models.utils import PatchEmbed, nlc_to_nchw
 from torch import Tensor
@@ -109,9 +110,8 @@ class MixerViT(BaseModule):
         if missing:
             raise ValueError(f'arch dict lacks {sorted(missing)}')
         self.embed_dims, self.num_layers = arch['embed_dims'], arch['num_layers']
-        img_size = (img_size, ) * 2 if isinstance(img_size, int) else tuple(img_size)
         # PatchEmbed pads the bottom/right up to a multiple of the patch ('corner'): ceil division.
-        self.base_hw_shape = tuple(math.ceil(size / patch_size) for size in img_size)
+        self.base_hw_shape = tuple(math.ceil(size / patch_size) for size in to_2tuple(img_size))
         self.out_indices = tuple(i % self.num_layers if -self.num_layers <= i < self.num_layers
                                  else None for i in out_indices)
         if not self.out_indices or None in self.out_indices:
@@ -148,9 +148,7 @@ class MixerViT(BaseModule):
         """
         for m in self.modules():
             if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+                trunc_normal_init(m, std=.02, bias=0.)
             elif isinstance(m, nn.LayerNorm):
                 constant_init(m, val=1., bias=0.)
         kaiming_init(self.patch_embed.projection, mode='fan_in', nonlinearity='linear')

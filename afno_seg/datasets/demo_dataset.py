@@ -11,7 +11,6 @@ becomes the ADE20K class of the same thing (:data:`CITYSCAPES_TO_ADE20K`); the e
 """
 import functools
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -19,7 +18,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .demo_scenes import CLASSES, IGNORE, render_scene
+from ..engine.atomic_io import atomic_write
+from .demo_scene_parts import CLASSES, IGNORE
+from .demo_scenes import render_scene
 
 __all__ = ['CITYSCAPES_TO_ADE20K', 'CLASSES', 'DEFAULT_OUT', 'IGNORE', 'ade20k_label_table',
            'generate']
@@ -80,9 +81,7 @@ def _read_meta(out_dir):
 
 
 def _write_meta(out_dir, meta):
-    tmp = out_dir / (META_NAME + '.tmp')
-    tmp.write_text(json.dumps(meta, indent=2) + '\n')
-    os.replace(tmp, out_dir / META_NAME)
+    atomic_write(json.dumps(meta, indent=2) + '\n', out_dir / META_NAME)
 
 
 def _print_summary(fractions):

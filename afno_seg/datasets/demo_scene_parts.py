@@ -1,4 +1,4 @@
-"""The parts of the demo street scenes (:mod:`.demo_scenes`): classes and palettes, noise,
+"""The parts of the demo street scenes (:mod:`.demo_scenes`): classes and ground palettes, noise,
 the camera and canvas, the ground and the sky, bottom-up."""
 from dataclasses import dataclass
 from functools import lru_cache
@@ -13,19 +13,9 @@ CLASSES = ('road', 'sidewalk', 'building', 'wall', 'fence', 'pole', 'traffic lig
  CAR, TRUCK, BUS, TRAIN, MOTORCYCLE, BICYCLE) = range(len(CLASSES))
 IGNORE = 255
 
-SIDE_Z_MIN = 1.0  # metres; roadside objects nearer than this are outside the frame anyway
-
-# Base colours (RGB). Greys appear in nearly every palette on purpose.
+# Ground and sky colours (RGB). Greys appear in nearly every palette on purpose.
 GREYS = [(80, 80, 82), (115, 115, 118), (150, 150, 150), (185, 185, 182)]
-BUILDING_COLOURS = GREYS + [(200, 188, 165), (150, 82, 62), (222, 220, 212), (178, 148, 108),
-                            (105, 118, 132), (92, 86, 80)]
 SIDEWALK_COLOURS = GREYS[1:] + [(178, 168, 148), (150, 104, 92), (128, 124, 118)]
-CAR_COLOURS = GREYS + [(30, 30, 34), (228, 228, 226), (160, 30, 30), (35, 60, 130), (40, 80, 55),
-                       (190, 190, 198), (200, 160, 40)]
-CLOTHES = GREYS + [(30, 30, 35), (40, 55, 95), (150, 40, 40), (225, 225, 220), (60, 90, 60),
-                   (130, 100, 70), (200, 170, 60)]
-SKINS = [(225, 190, 160), (190, 145, 110), (140, 100, 70), (90, 62, 45)]
-GREENS = [(60, 100, 45), (85, 120, 50), (40, 70, 40), (110, 125, 60), (125, 110, 55)]
 TERRAINS = [(95, 125, 60), (120, 135, 75), (140, 128, 92), (118, 100, 80)]
 SKIES = [((70, 120, 200), (175, 200, 228)), ((150, 156, 166), (202, 204, 208)),
          ((178, 190, 204), (222, 222, 216)), ((62, 82, 140), (228, 172, 124))]
@@ -150,8 +140,8 @@ def _ground(x0, x1, z0, z1, y=0.0):
 
 def _ground_disc(x, z, radius, n=16):
     """Horizontal disc on the ground (a tree's shadow, a manhole cover)."""
-    ang = np.linspace(0, 2 * np.pi, n, endpoint=False)
-    return np.stack([x + radius * np.cos(ang), np.zeros(n), z + radius * np.sin(ang)], -1)
+    cos, sin = _unit_circle(n).T
+    return np.stack([x + radius * cos, np.zeros(n), z + radius * sin], -1)
 
 
 def _paint_sky(scene, rng):
@@ -217,27 +207,13 @@ def _paint_ground(scene, rng, street):
     marks = []
     for k in range(1, lanes):
         x = left + k * (right - left) / lanes
-        marks += [scene.project(_ground(x - 0.07, x + 0.07, z, z + dash))
-                  for z in np.arange(zn, stop, period)]
+        marks += [_ground(x - 0.07, x + 0.07, z, z + dash) for z in np.arange(zn, stop, period)]
     if rng.random() < 0.5:  # solid edge lines
-        marks += [scene.project(_ground(x - 0.07, x + 0.07, zn, stop))
-                  for x in (left + 0.3, right - 0.3)]
+        marks += [_ground(x - 0.07, x + 0.07, zn, stop) for x in (left + 0.3, right - 0.3)]
     if rng.random() < 0.25:  # zebra crossing
         z0 = rng.uniform(6, 25)
-        marks += [scene.project(_ground(x, x + 0.5, z0, z0 + 3))
-                  for x in np.arange(left + 0.3, right - 0.5, 1.0)]
-    scene.fill(marks, paint, ROAD, 0.1, 0.1)
+        marks += [_ground(x, x + 0.5, z0, z0 + 3) for x in np.arange(left + 0.3, right - 0.5, 1.0)]
+    scene.paint(marks, paint, ROAD, 0.1, 0.1)
     if rng.random() < 0.4:  # manhole cover
         disc = _ground_disc(rng.uniform(left + 1, right - 1), rng.uniform(5, 20), 0.35)
         scene.paint([disc], road_colour * 0.6, ROAD)
-
-
-@dataclass
-class _Light:
-    """Per-image illumination: sun strength (0 = overcast) and the side the sun shines from."""
-    sun: float
-    sun_side: int
-
-    def facade_gain(self, side):
-        lit = -side == self.sun_side  # a facade on side s faces -s
-        return 1 + 0.15 * self.sun if lit else 1 - 0.4 * self.sun

@@ -1,49 +1,30 @@
 """The demo street scenes: :func:`render_scene` draws one image and its Cityscapes train-id labels.
 
-What they look like and why: ``tools/dataset/make_demo_data.py``. Classes, palettes, noise, the
-camera and canvas are in :mod:`.demo_scene_parts`; below, the objects, the planning of a
-street and the drawing.
+What they look like and why: ``tools/dataset/make_demo_data.py``. Classes, the ground and sky,
+noise, the camera and canvas are in :mod:`.demo_scene_parts`; below, the objects and their
+colours, the planning of a street and the drawing.
 """
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
 
-from .demo_scene_parts import (  # noqa: F401 (re-exported)
-    BICYCLE,
+from .demo_scene_parts import (
     BUILDING,
-    BUILDING_COLOURS,
-    BUS,
-    CAR,
-    CAR_COLOURS,
     CLASSES,
-    CLOTHES,
     FENCE,
-    GREENS,
     GREYS,
     IGNORE,
     LIGHT,
-    MOTORCYCLE,
     PERSON,
     POLE,
-    RIDER,
-    ROAD,
-    SIDE_Z_MIN,
-    SIDEWALK,
-    SIDEWALK_COLOURS,
     SIGN,
-    SKIES,
-    SKINS,
-    SKY,
-    TERRAIN,
-    TERRAINS,
-    TRAIN,
-    TRUCK,
     VEGETATION,
     WALL,
     _front,
     _ground,
     _ground_disc,
     _lateral,
-    _Light,
     _paint_ground,
     _paint_sky,
     _pick,
@@ -53,7 +34,30 @@ from .demo_scene_parts import (  # noqa: F401 (re-exported)
     _smooth_noise,
 )
 
-__all__ = ['CLASSES', 'IGNORE', 'render_scene']
+__all__ = ['render_scene']
+
+SIDE_Z_MIN = 1.0  # metres; roadside objects nearer than this are outside the frame anyway
+
+# Object colours (RGB), greys included on purpose (as on the ground).
+BUILDING_COLOURS = GREYS + [(200, 188, 165), (150, 82, 62), (222, 220, 212), (178, 148, 108),
+                            (105, 118, 132), (92, 86, 80)]
+CAR_COLOURS = GREYS + [(30, 30, 34), (228, 228, 226), (160, 30, 30), (35, 60, 130), (40, 80, 55),
+                       (190, 190, 198), (200, 160, 40)]
+CLOTHES = GREYS + [(30, 30, 35), (40, 55, 95), (150, 40, 40), (225, 225, 220), (60, 90, 60),
+                   (130, 100, 70), (200, 170, 60)]
+SKINS = [(225, 190, 160), (190, 145, 110), (140, 100, 70), (90, 62, 45)]
+GREENS = [(60, 100, 45), (85, 120, 50), (40, 70, 40), (110, 125, 60), (125, 110, 55)]
+
+
+@dataclass
+class _Light:
+    """Per-image illumination: sun strength (0 = overcast) and the side the sun shines from."""
+    sun: float
+    sun_side: int
+
+    def facade_gain(self, side):
+        lit = -side == self.sun_side  # a facade on side s faces -s
+        return 1 + 0.15 * self.sun if lit else 1 - 0.4 * self.sun
 
 
 def _draw_building(scene, rng, side, x, z0, z1, height, light, sky_colour):
@@ -67,9 +71,9 @@ def _draw_building(scene, rng, side, x, z0, z1, height, light, sky_colour):
     floor_h, spacing = rng.uniform(2.8, 3.6), rng.uniform(2.2, 4.0)
     win_w, win_h = spacing * rng.uniform(0.35, 0.7), floor_h * rng.uniform(0.4, 0.65)
     if rng.random() < 0.3:  # cornice bands between floors
-        bands = [scene.project(_lateral(x, y, y + 0.25, zs, z1))
+        bands = [_lateral(x, y, y + 0.25, zs, z1)
                  for y in np.arange(floor_h, height - 0.5, floor_h)]
-        scene.fill(bands, colour * gain * rng.uniform(0.75, 1.2))
+        scene.paint(bands, colour * gain * rng.uniform(0.75, 1.2))
     first = 0
     if rng.random() < 0.5:  # shop front: a glass band on the ground floor
         scene.paint([_lateral(x, 0.4, floor_h * 0.8, zs, z1)],
@@ -176,7 +180,7 @@ def _draw_vehicle(scene, rng, x, z, kind, light):
     w, h, length = {'car': (rng.uniform(1.65, 1.95), rng.uniform(1.35, 1.6), rng.uniform(3.9, 4.8)),
                     'truck': (2.4, rng.uniform(2.8, 3.6), rng.uniform(6, 9)),
                     'bus': (2.5, rng.uniform(2.9, 3.3), rng.uniform(10, 13))}[kind]
-    label = {'car': CAR, 'truck': TRUCK, 'bus': BUS}[kind]
+    label = CLASSES.index(kind)
     colour = _pick(rng, CAR_COLOURS if kind == 'car' else CAR_COLOURS[4:], 15)
     glass = np.clip(_pick(rng, [(30, 35, 45), (90, 100, 115)], 15), 0, 255)
     tyre = _pick(rng, [(25, 25, 27)], 6)

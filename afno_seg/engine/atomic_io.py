@@ -101,9 +101,7 @@ def remove_stale_temp_files(folder: str | Path) -> list[str]:
     removed paths.
     """
     removed = []
-    if not osp.isdir(folder):
-        return removed
-    for name in os.listdir(folder):
+    for name in os.listdir(folder) if osp.isdir(folder) else ():
         match = _TEMP_NAME.match(name)
         if match and not process_running(int(match['pid'])):
             with suppress(OSError):

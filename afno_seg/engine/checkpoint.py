@@ -159,17 +159,12 @@ def _unreadable(filename: str, error: Exception) -> CheckpointError:
 
 
 def _load_safetensors(path: str, filename: str, map_location) -> dict:
-    try:
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-    except ImportError as error:  # pinned in requirements.txt
-        raise CheckpointError(f'{filename}: reading .safetensors needs the safetensors '
-                              'package (pip install -r requirements.txt)') from error
+    from safetensors import safe_open  # pinned in requirements.txt
     device = map_location if isinstance(map_location, str) else 'cpu'
     try:
-        with safe_open(path, framework='pt') as handle:
+        with safe_open(path, framework='pt', device=device) as handle:
             header = handle.metadata() or {}
-        state_dict = load_file(path, device=device)
+            state_dict = handle.get_tensors()
         meta = json.loads(header[SAFETENSORS_META_KEY]) if SAFETENSORS_META_KEY in header else {}
     except Exception as error:  # noqa: BLE001  (SafetensorError, JSON, OS errors: one message)
         raise _unreadable(filename, error) from error

@@ -120,10 +120,10 @@ def trained_with(meta: dict) -> str:
 def _describe(report: FitReport, model: nn.Module, state: dict, source: str, meta: dict,
               advice: str) -> str:
     mixers = mixer_prefixes(model)
-    groups = OrderedDict()
+    groups = {}
     for key in report.missing:
-        groups.setdefault('backbone mixers' if key.startswith(mixers or ('\0', ))
-                          else key.split('.', 1)[0], []).append(key)
+        group = 'backbone mixers' if key.startswith(mixers) else key.split('.', 1)[0]
+        groups.setdefault(group, []).append(key)
     problems = []
     for group, keys in groups.items():
         text = f'{group}: {len(keys)} missing (e.g. {keys[0]})'

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 import torch
 from mmengine.dist import all_reduce, is_main_process
 from mmengine.hooks import CheckpointHook
-from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from .atomic_io import atomic_write, format_size, remove_stale_temp_files
@@ -53,8 +52,6 @@ def estimate_checkpoint_bytes(model: torch.nn.Module, optim_wrapper=None,
                               save_optimizer: bool = True) -> dict[str, int]:
     """Estimate the size of one checkpoint in bytes: ``{'model': weights and buffers,
     'optimizer': its state, 'overhead': ..., 'total': ...}``."""
-    if is_model_wrapper(model):
-        model = model.module
     model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()
                       if isinstance(t, torch.Tensor))
     optimizer_bytes = 0

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 import weakref
+from contextlib import suppress
 from functools import wraps
 
 import torch
@@ -67,15 +68,11 @@ class WorkerGuard:
         return out
 
     def describe_sample(self, index: int) -> str:
-        text = f'sample {index}'
-        try:
+        path = None
+        with suppress(Exception):  # a dataset without get_data_info: the index is all we know
             info = self.dataset.get_data_info(index)
             path = info.get('img_path') or info.get('filename')
-            if path:
-                text += f' ({path})'
-        except Exception:  # a dataset without get_data_info: the index is all we know
-            pass
-        return text
+        return f'sample {index} ({path})' if path else f'sample {index}'
 
 
 def _leave_stop_signals_to_parent() -> None:
@@ -113,11 +110,9 @@ def _track_samples(dataset, slots, offset: int) -> None:
         finally:
             slots[offset + 1] = _IDLE
 
-    try:  # a subclass of this worker's copy only: the main process's dataset is untouched
+    with suppress(TypeError):  # a subclass of this worker's copy: the main process's is untouched
         dataset.__class__ = type(cls.__name__, (cls, ), dict(__getitem__=getitem,
                                                               _afno_seg_tracked=True))
-    except TypeError:
-        pass
 
 
 def guard_dataloader(loader, name: str = 'dataloader'):

@@ -29,9 +29,10 @@ _PEER_FAILURE_MARKERS = ('gloo', 'NCCL', 'ProcessGroup', 'c10d', 'Connection res
 _peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
 
 
-def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> None:
+def init_cpu_process_group(timeout_s: float | None = None) -> None:
     """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*;
-    ``timeout_s``: how long a collective waits for a silent peer before it fails."""
+    ``timeout_s``: how long a collective waits for a silent peer before it fails, in seconds as
+    mmengine's ``env_cfg.dist_cfg.timeout`` (None: :data:`DEFAULT_COLLECTIVE_TIMEOUT_S`)."""
     if dist.is_initialized():
         return
     missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
@@ -39,7 +40,7 @@ def init_cpu_process_group(timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> N
     if missing:
         raise RuntimeError(f'--launcher pytorch needs torchrun\'s environment; missing {missing}. '
                            'Start with tools/dist_train.sh or torchrun.')
-    timeout = datetime.timedelta(seconds=timeout_s)
+    timeout = datetime.timedelta(seconds=timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S)
     store, rank, world_size = next(dist.rendezvous('env://', timeout=timeout))
     # torchrun keeps one store across restarts: without a prefix per attempt, a restarted group
     # reads the gloo addresses of the processes it replaced ("connectFullMesh failed ...

@@ -10,6 +10,8 @@ restores the buffers (BatchNorm statistics) the bad pass changed; more than
 ``max_skipped_in_a_row`` skips raise. The flag is all-reduced so every rank stops or skips
 together, and every rank re-runs its pass (SyncBN needs all). docs/reliability.md, "NaN and Inf".
 """
+from functools import partial
+
 import torch
 from mmengine.dist import all_reduce, get_rank, get_world_size
 from mmengine.hooks import Hook
@@ -31,11 +33,8 @@ def _tensors(value):
     if isinstance(value, torch.Tensor):
         if value.is_floating_point() or value.is_complex():
             yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
+    elif isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
             yield from _tensors(item)
 
 
@@ -53,16 +52,14 @@ def find_first_non_finite(model: torch.nn.Module, args: tuple, kwargs: dict) -> 
         return 'the input batch itself holds NaN/Inf values (check the data and the pipeline)'
     found = []
 
-    def check(name):
-        def hook(module, inputs, output):
-            if not found and not _all_finite(output):
-                dtypes = sorted({str(t.dtype).replace('torch.', '') for t in _tensors(output)})
-                inputs_ok = 'finite' if _all_finite(inputs) else 'NOT finite'
-                found.append(f'{name} ({type(module).__name__}): output dtype {"/".join(dtypes)}, '
-                             f'its inputs {inputs_ok} with max |x| = {_max_abs(inputs):.3g}')
-        return hook
+    def check(name, module, inputs, output):
+        if not found and not _all_finite(output):
+            dtypes = sorted({str(t.dtype).replace('torch.', '') for t in _tensors(output)})
+            inputs_ok = 'finite' if _all_finite(inputs) else 'NOT finite'
+            found.append(f'{name} ({type(module).__name__}): output dtype {"/".join(dtypes)}, '
+                         f'its inputs {inputs_ok} with max |x| = {_max_abs(inputs):.3g}')
 
-    handles = [module.register_forward_hook(check(name))
+    handles = [module.register_forward_hook(partial(check, name))
                for name, module in model.named_modules() if name]
     try:
         with torch.no_grad():

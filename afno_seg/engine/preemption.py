@@ -30,6 +30,7 @@ DEFAULT_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1')
 class TrainingInterrupted(Exception):
     """Training stopped on ``signal_name`` after ``iteration``, saved in ``checkpoint`` (None when
     none was written)."""
+    exit_code = INTERRUPTED_EXIT_CODE  # what a tool exits with (run_tool)
 
     def __init__(self, signal_name: str, iteration: int, checkpoint: str | None) -> None:
         self.signal_name, self.iteration, self.checkpoint = signal_name, iteration, checkpoint

@@ -19,13 +19,15 @@ from contextlib import suppress
 
 from mmengine.config import Config
 from mmengine.logging import print_log
+from mmengine.runner import find_latest_checkpoint
+from mmengine.utils import scandir
 
 from .checkpoint import check_checkpoint_file as check_checkpoint
 from .errors import UserError
 
-__all__ = ['check_checkpoint', 'check_config_checkpoints', 'check_data_roots',
-           'check_model_types', 'check_splits_not_empty', 'check_work_dir', 'config_checkpoints',
-           'pretrained_checkpoints', 'DataRootError', 'EmptySplitError',
+__all__ = ['check_before_runner', 'check_checkpoint', 'check_config_checkpoints',
+           'check_data_roots', 'check_model_types', 'check_work_dir',
+           'config_checkpoints', 'pretrained_checkpoints', 'DataRootError', 'EmptySplitError',
            'PretrainedMissingError', 'UnknownTypeError', 'WorkDirError']
 
 CITYSCAPES_HELP = """\
@@ -95,26 +97,60 @@ def image_folder(dataset) -> str:
     prefix = dataset.get('data_prefix') or ''
     if isinstance(prefix, dict):
         prefix = prefix.get('img_path', '') or ''
-    if not prefix and dataset.get('split'):
-        prefix = dataset['split']
-    return osp.join(dataset.get('data_root', '') or '', prefix)
+    return osp.join(dataset.get('data_root', '') or '', prefix or dataset.get('split') or '')
+
+
+def _default_argument(dataset_type, name: str, fallback):
+    """The default of ``name`` in the registered dataset class's ``__init__``."""
+    from mmseg.registry import DATASETS
+    with suppress(Exception):
+        cls = DATASETS.get(dataset_type) if isinstance(dataset_type, str) else dataset_type
+        default = inspect.signature(cls.__init__).parameters[name].default
+        if default is not inspect.Parameter.empty:
+            return default
+    return fallback
+
+
+# mmpretrain's CustomDataset/ImageNet image extensions (matched case-insensitively: ImageNet's
+# files end in '.JPEG').
+MMPRETRAIN_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif')
 
 
 def check_data_roots(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
                                             'test_dataloader')) -> None:
-    """Raise :class:`DataRootError` if a dataset folder of the given loaders is missing."""
+    """Raise :class:`DataRootError` if a dataset folder of the given loaders is missing,
+    :class:`EmptySplitError` if a split has no sample."""
     source = cfg.filename or 'the config'
     for loader, dataset in loader_datasets(cfg, loaders):
         root = dataset.get('data_root', '') or ''
         folder = image_folder(dataset)
-        if osp.isdir(folder):
-            continue
-        what = 'data_root' if not osp.isdir(root or '.') else 'data_prefix'
-        message = (f'{source}: {loader}.dataset.{what} points to {folder!r}, which does not '
-                   f'exist (working directory: {osp.abspath(".")}).')
-        if 'Cityscapes' in str(dataset.get('type', '')):
-            message += '\n' + CITYSCAPES_HELP.format(root=root.rstrip('/') or 'data/cityscapes')
-        raise DataRootError(message)
+        if not osp.isdir(folder):
+            what = 'data_root' if not osp.isdir(root or '.') else 'data_prefix'
+            message = (f'{source}: {loader}.dataset.{what} points to {folder!r}, which does not '
+                       f'exist (working directory: {osp.abspath(".")}).')
+            if 'Cityscapes' in str(dataset.get('type', '')):
+                message += '\n' + CITYSCAPES_HELP.format(root=root.rstrip('/') or 'data/cityscapes')
+            raise DataRootError(message)
+        ann_file = dataset.get('ann_file', '') or ''
+        if ann_file:
+            path = osp.join(root, ann_file)  # an absolute ann_file as it is
+            if osp.isfile(path):
+                with open(path) as file:
+                    if not any(line.strip() for line in file):
+                        raise EmptySplitError(
+                            f'{source}: {loader}.dataset.ann_file {path} lists no sample '
+                            '(the file is empty); the split would have no data.')
+                continue
+        pretrain = cfg.get('default_scope', None) == 'mmpretrain'
+        suffix = (tuple(dataset.get('extensions') or MMPRETRAIN_EXTENSIONS) if pretrain else
+                  dataset.get('img_suffix') or _default_argument(dataset.get('type'),
+                                                                 'img_suffix', '.jpg'))
+        if next(scandir(folder, suffix, recursive=True, case_sensitive=not pretrain), None) is None:
+            raise EmptySplitError(
+                f'{source}: {loader}.dataset has no samples: no file ending in {suffix!r} '
+                f'under {folder} (searched recursively). Check data_root, '
+                'data_prefix.img_path and img_suffix, or regenerate the data (for Cityscapes: '
+                'leftImg8bit/<split>/<city>/*_leftImg8bit.png).')
 
 
 def check_work_dir(work_dir: str) -> None:
@@ -136,60 +172,6 @@ def check_work_dir(work_dir: str) -> None:
     finally:
         with suppress(OSError):
             os.remove(probe)
-
-
-def _default_argument(dataset_type, name: str, fallback):
-    """The default of ``name`` in the registered dataset class's ``__init__``."""
-    from mmseg.registry import DATASETS
-    with suppress(Exception):
-        cls = DATASETS.get(dataset_type) if isinstance(dataset_type, str) else dataset_type
-        default = inspect.signature(cls.__init__).parameters[name].default
-        if default is not inspect.Parameter.empty:
-            return default
-    return fallback
-
-
-def _has_file_with_suffix(folder: str, suffix, ignore_case: bool = False) -> bool:
-    fold = str.lower if ignore_case else str
-    suffixes = tuple(map(fold, (suffix, ) if isinstance(suffix, str) else suffix))
-    return any(fold(name).endswith(suffixes)
-               for _, _, files in os.walk(folder, followlinks=True) for name in files)
-
-
-# mmpretrain's CustomDataset/ImageNet image extensions (matched case-insensitively: ImageNet's
-# files end in '.JPEG').
-MMPRETRAIN_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif')
-
-
-def check_splits_not_empty(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
-                                                 'test_dataloader')) -> None:
-    """Raise :class:`EmptySplitError` for a split without samples (folders that exist)."""
-    source = cfg.filename or 'the config'
-    for loader, dataset in loader_datasets(cfg, loaders):
-        root = dataset.get('data_root', '') or ''
-        ann_file = dataset.get('ann_file', '') or ''
-        if ann_file:
-            path = ann_file if osp.isabs(ann_file) else osp.join(root, ann_file)
-            if osp.isfile(path):
-                with open(path) as file:
-                    if not any(line.strip() for line in file):
-                        raise EmptySplitError(
-                            f'{source}: {loader}.dataset.ann_file {path} lists no sample '
-                            '(the file is empty); the split would have no data.')
-                continue
-        folder = image_folder(dataset)
-        if not osp.isdir(folder):
-            continue  # a missing folder is check_data_roots' business
-        pretrain = cfg.get('default_scope', None) == 'mmpretrain'
-        suffix = (tuple(dataset.get('extensions') or MMPRETRAIN_EXTENSIONS) if pretrain else
-                  dataset.get('img_suffix') or _default_argument(dataset.get('type'),
-                                                                 'img_suffix', '.jpg'))
-        if not _has_file_with_suffix(folder, suffix, ignore_case=pretrain):
-            raise EmptySplitError(
-                f'{source}: {loader}.dataset has no samples: no file ending in {suffix!r} '
-                f'under {folder} (searched recursively). Check data_root, '
-                'data_prefix.img_path and img_suffix, or regenerate the data (for Cityscapes: '
-                'leftImg8bit/<split>/<city>/*_leftImg8bit.png).')
 
 
 def _registered(registry, name: str) -> bool:
@@ -255,6 +237,14 @@ def check_model_types(cfg: Config, registry=None) -> None:
         visit(cfg.model, 'model')
 
 
+def check_before_runner(cfg: Config, loaders) -> None:
+    """What :func:`~.runner.build_runner` checks first: the data of ``loaders``
+    (:func:`check_data_roots`), the work_dir, every model ``type``."""
+    check_data_roots(cfg, loaders)
+    check_work_dir(cfg.work_dir)
+    check_model_types(cfg)
+
+
 def _is_pretrained(node) -> bool:
     return isinstance(node, dict) and node.get('type') == 'Pretrained' and \
         isinstance(node.get('checkpoint'), str)
@@ -288,14 +278,11 @@ def config_checkpoints(cfg: Config, resume: bool = False) -> list[str]:
     ``cfg.model`` (:func:`pretrained_checkpoints`; local paths only)."""
     files = []
     if resume and not cfg.get('load_from'):
-        pointer = osp.join(cfg.work_dir, 'last_checkpoint')
-        if osp.isfile(pointer):
-            with open(pointer) as f:
-                files.append(f.read().strip())
+        files.append(find_latest_checkpoint(cfg.work_dir))  # None (logged) if there is none
     elif cfg.get('load_from'):
         files.append(cfg.load_from)
     files += [path for _, path in pretrained_checkpoints(cfg.get('model'))]
-    return [f for f in dict.fromkeys(files) if '://' not in f]
+    return [f for f in dict.fromkeys(files) if f and '://' not in f]
 
 
 def check_config_checkpoints(cfg: Config, resume: bool = False, from_scratch: bool = False,

@@ -7,6 +7,7 @@ import os
 import os.path as osp
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from contextvars import ContextVar
 
 import torch
@@ -23,28 +24,11 @@ from .checkpoint import trusted_checkpoints
 from .checkpoint_fit import CheckpointFitHook
 from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import DEFAULT_TIMEOUT_S, explain_worker_failure, guard_dataloader
-from .distributed import (
-    DEFAULT_COLLECTIVE_TIMEOUT_S,
-    explain_collective_failure,
-    init_cpu_process_group,
-    record_peers,
-)
+from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
 from .precision import apply_precision, apply_test_precision
-from .preemption import (
-    INTERRUPTED_EXIT_CODE,
-    TrainingInterrupted,
-    restart_count,
-    stop_signals_released,
-)
-from .preflight import (
-    check_checkpoint,
-    check_config_checkpoints,
-    check_data_roots,
-    check_model_types,
-    check_splits_not_empty,
-    check_work_dir,
-)
+from .preemption import TrainingInterrupted, restart_count, stop_signals_released
+from .preflight import check_before_runner, check_checkpoint, check_config_checkpoints
 
 __all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'load_config', 'run_test',
            'run_tool', 'run_train']
@@ -79,8 +63,7 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
     runs gloo and mmengine's DDP wrapper with ``device_ids=None`` (the Runner's default passes
     ``[LOCAL_RANK]``, which DDP refuses for CPU modules). SyncBN becomes BatchNorm once the model
     is built (:class:`AfnoSegRunner`)."""
-    if cuda_available is None:
-        cuda_available = torch.cuda.is_available()
+    cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
     if precision is not None:
         apply_precision(cfg, precision, cuda_available)
     if cuda_available or not distributed:
@@ -98,20 +81,8 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
     return cfg
 
 
-class _ReleasesStopSignals:
-    """Runner mixin: ``train()`` gives the stop-signal handlers back however it ends, so a process
-    that goes on (a test session) gets SIGTERM/SIGINT back. Inside :func:`run_tool` a failure sets
-    them to ``SIG_IGN`` instead: the tool exits after its one-line message, which torchrun's
-    SIGTERM to the survivors of a dead rank must not cut short. (No hook can: mmengine calls none
-    on an exception.)"""
-
-    def train(self, *args, **kwargs):
-        with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
-            return super().train(*args, **kwargs)
-
-
 @RUNNERS.register_module()
-class AfnoSegRunner(_ReleasesStopSignals, Runner):
+class AfnoSegRunner(Runner):
     """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``): ``train()``
     releases the stop signals however it ends; without CUDA SyncBN runs as BatchNorm (no CPU
     kernel); loaders with workers get a ``timeout`` (unless the config sets one; 0: none) and a
@@ -119,6 +90,15 @@ class AfnoSegRunner(_ReleasesStopSignals, Runner):
     ``update_params`` is ``torch.compiler.disable``-d: mmengine compiles the whole
     ``train_step``, and traced, the optimizer step fails in torch 2.14 on mmengine's
     ``ConfigDict`` param groups, and a learning rate changing every iteration would recompile."""
+
+    def train(self, *args, **kwargs):
+        """``Runner.train``, then the stop-signal handlers given back however it ended, so a
+        process that goes on (a test session) gets SIGTERM/SIGINT back. Inside :func:`run_tool` a
+        failure sets them to ``SIG_IGN`` instead: the tool exits after its one-line message, which
+        torchrun's SIGTERM to the survivors of a dead rank must not cut short. (No hook can:
+        mmengine calls none on an exception.)"""
+        with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
+            return super().train(*args, **kwargs)
 
     def build_model(self, model):
         model = super().build_model(model)
@@ -165,10 +145,7 @@ def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -
     """Check data, work_dir, model types; adapt to the device and ``precision`` (on a CPU also
     the allocator, :mod:`.cpu_memory`), join a CPU process group, build an
     :class:`AfnoSegRunner`; ranks note each other (:func:`.record_peers`)."""
-    check_data_roots(cfg, loaders)
-    check_splits_not_empty(cfg, loaders)
-    check_work_dir(cfg.work_dir)
-    check_model_types(cfg)
+    check_before_runner(cfg, loaders)
     # a test run builds no optimizer wrapper
     adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',
                            precision=precision if 'train_dataloader' in loaders else None)
@@ -176,7 +153,7 @@ def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -
         cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
         if cfg.launcher == 'pytorch':
             dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
-            init_cpu_process_group(dist_cfg.get('timeout') or DEFAULT_COLLECTIVE_TIMEOUT_S)
+            init_cpu_process_group(dist_cfg.get('timeout'))
     runner = _runner_class(cfg).from_cfg(cfg)
     record_peers()
     return runner
@@ -244,13 +221,10 @@ def run_tool(main: Callable[[], None]) -> int:
     token = _IN_TOOL.set(True)
     try:
         main()
-    except UserError as error:
-        print(f'error: {error}', file=sys.stderr)
-        code = 1
-    except TrainingInterrupted:
-        code = INTERRUPTED_EXIT_CODE
+    except TrainingInterrupted as stop:
+        code = stop.exit_code
     except Exception as error:
-        message = explain_worker_failure(error)
+        message = str(error) if isinstance(error, UserError) else explain_worker_failure(error)
         if message is None:
             message = explain_collective_failure(error, _current_iteration())
             peers_lost = message is not None
@@ -281,9 +255,7 @@ def _current_iteration() -> int | None:
 
 def _leave_process_group() -> None:
     """Wait for every rank, free the cycles that hold DDP's reducer, then destroy the group."""
-    try:
+    with suppress(RuntimeError):  # a peer already failed: leave anyway
         torch.distributed.barrier()
-    except RuntimeError:  # a peer already failed: leave anyway
-        pass
     gc.collect()
     torch.distributed.destroy_process_group()
