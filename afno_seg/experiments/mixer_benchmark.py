@@ -22,13 +22,16 @@ from .benchmarking import (
     DTYPES,
     Candidate,
     error_text,
+    fit_exponent,
     measure_memory,
+    paired_ratio,
     predict,
     time_interleaved,
 )
 
-__all__ = ['AFNO_BLOCKS', 'B3_STAGES', 'REFERENCE_NAMES', 'Stage', 'attention_names',
-           'build_candidate', 'default_mixers', 'mixer_names', 'run_sweep', 'spectral_names']
+__all__ = ['AFNO_BLOCKS', 'B3_STAGES', 'FIELDS', 'REFERENCE_NAMES', 'Stage', 'attention_names',
+           'build_candidate', 'default_mixers', 'exponent_rows', 'mixer_names', 'ratio_rows',
+           'rows_by_point', 'run_sweep', 'spectral_names']
 
 
 @dataclass(frozen=True)
@@ -235,3 +238,67 @@ def measure_point(candidates, base, args, time_history, memory_history) -> list[
               f"[{1e3 * min(seconds):.2f}-{1e3 * max(seconds):.2f}]  peak {peak / 2**20:8.1f} MB",
               flush=True)
     return rows
+
+
+FIELDS = ['device', 'dtype', 'stage', 'channels', 'grid', 'tokens', 'batch', 'name', 'status',
+          'median_ms', 'min_ms', 'max_ms', 'peak_mb', 'held_mb', 'gflop_fwd', 'times_ms']
+
+
+def rows_by_point(rows: list[dict]) -> dict[tuple, dict]:
+    """``(dtype, stage, grid, name) -> row``: the first row of each point."""
+    points = {}
+    for row in rows:
+        points.setdefault((row['dtype'], row['stage'], row['grid'], row['name']), row)
+    return points
+
+
+def ratio_rows(rows: list[dict], stages, dtypes, grid_of) -> list[dict]:
+    """Per dtype and stage (at ``grid_of(stage)``): the paired ratios the targets are about."""
+    points, out = rows_by_point(rows), []
+    spectral, attention = spectral_names(), attention_names()
+    pairs = ([(name, 'fft') for name in spectral + ['fft-torch']]
+             + [(name, 'afno') for name in attention + ['afno' + COMPOSED]]
+             + [(f'{name}+compile', name) for name in spectral + attention]  # against eager
+             + [(name, name.removesuffix(COMPOSED)) for name in spectral  # against the fast form
+                if name.endswith(COMPOSED) and name != 'afno' + COMPOSED])
+    for dtype in dtypes:
+        for stage in stages:
+            grid = grid_of(stage)
+
+            def get(name):
+                row = points.get((dtype, stage.index, grid, name), {})
+                return [float(t) for t in row['times_ms'].split(';')] \
+                    if row.get('status') == 'ok' else None
+            entry = dict(dtype=dtype, stage=stage.index, channels=stage.channels, grid=grid)
+            fft, afno = get('fft'), get('afno')
+            matmuls = [t for t in (get('matmul'), get('matmul-complex')) if t]
+            if fft and matmuls and afno:
+                entry['afno/floor'] = paired_ratio(afno, [f + min(m)
+                                                          for f, *m in zip(fft, *matmuls)])
+            for numerator, denominator in pairs:
+                if get(numerator) and get(denominator):
+                    entry[f'{numerator}/{denominator}'] = paired_ratio(get(numerator),
+                                                                       get(denominator))
+            out.append(entry)
+    return out
+
+
+def exponent_rows(rows: list[dict], names, dtypes, stages, fit_range) -> list[dict]:
+    out = []
+    low, high = fit_range[0] ** 2, fit_range[1] ** 2
+    for dtype in dtypes:
+        for stage in stages:
+            entry = dict(dtype=dtype, stage=stage.index, channels=stage.channels)
+            for name in names:
+                measured = sorted((r['tokens'], r['median_ms']) for r in rows
+                                  if (r['dtype'], r['stage'], r['name']) ==
+                                  (dtype, stage.index, name) and r['status'] == 'ok')
+                points = [p for p in measured if low <= p[0] <= high]
+                if len(points) < 2:  # e.g. full attention: fit what could be run, say which
+                    points = [p for p in measured if p[0] <= high][-3:]
+                if len(points) >= 2:
+                    entry[name] = (fit_exponent(*zip(*points)),
+                                   f'{int(math.isqrt(points[0][0]))}-'
+                                   f'{int(math.isqrt(points[-1][0]))}')
+            out.append(entry)
+    return out

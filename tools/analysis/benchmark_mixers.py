@@ -44,27 +44,26 @@ import time
 
 import torch
 
+from afno_seg.analysis.report import markdown_table
 from afno_seg.experiments.benchmarking import (
     DTYPES,
+    environment,
     load_average,
     prepare_run,
     write_csv,
 )
+from afno_seg.experiments.figures import pyplot, save_figure
 from afno_seg.experiments.mixer_benchmark import (
     B3_STAGES,
+    FIELDS,
     REFERENCE_NAMES,
     Stage,
     default_mixers,
-    mixer_names,
-    run_sweep,
-)
-from afno_seg.experiments.mixer_benchmark_report import (
-    FIELDS,
     exponent_rows,
-    format_ratio,
+    mixer_names,
     ratio_rows,
-    write_markdown,
-    write_plot,
+    rows_by_point,
+    run_sweep,
 )
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -135,6 +134,102 @@ def parse_args(argv=None) -> argparse.Namespace:
             pages = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
             args.max_mem_gb = pages / 4 / 2**30
     return args
+
+
+def format_ratio(value) -> str:
+    if value is None:
+        return ''
+    median, low, high = value
+    return f'{median:.2f} [{low:.2f}-{high:.2f}]'
+
+
+def _cell(row: dict | None) -> str:
+    """A point of the per-stage tables: ms [min-max] / peak MB (held MB), or why it has none."""
+    if row is None:
+        return ''
+    if row['status'] != 'ok':
+        return 'skip' if row['status'].startswith('skipped') else 'error'
+    return (f"{row['median_ms']:.1f} [{row['min_ms']:.1f}-{row['max_ms']:.1f}] / "
+            f"{row['peak_mb']:.0f} ({row['held_mb']:.0f})")
+
+
+def write_markdown(path, rows, ratios, exponents, args, started, load_before, load_after):
+    names = args.names
+    lines = [f'# Token-mixer benchmark: {args.device}, {" + ".join(args.dtypes)}', '',
+             f'Command: `{args.command}`', '',
+             f'Environment: {environment(args.device)}; torch threads {torch.get_num_threads()}; '
+             f'CPU memory {args.cpu_memory}; '
+             f'batch {args.batch}; {args.warmup} warm-up + {args.repeats} timed rounds, '
+             f'candidates interleaved; started {started}; load average (1/5/15 min) '
+             f'{load_before} at start, {load_after} at end.', '',
+             'Times: forward+backward of one call (gradients of input and parameters), median '
+             'over rounds [min-max]. Ratios: median [min-max] of the per-round ratios. '
+             'floor = fft + matmul (see `tools/analysis/benchmark_mixers.py`).', '']
+    ratio_keys = list(dict.fromkeys(k for r in ratios for k in r if '/' in k))
+    if ratio_keys:
+        lines += ['## Ratios at the B3 stage points', '', *markdown_table(
+            ['dtype', 'stage', 'C @ grid', *ratio_keys],
+            ([r['dtype'], r['stage'], f"{r['channels']} @ {r['grid']}x{r['grid']}",
+              *(format_ratio(r.get(k)) for k in ratio_keys)] for r in ratios)), '']
+    fitted = f'{args.fit_range[0]}-{args.fit_range[1]}'
+    lines += [f'## Scaling exponents p (time ~ tokens^p, grids {fitted}; where fewer than two of '
+              'those ran, the grids fitted are given)', '', *markdown_table(
+                  ['dtype', 'stage', *names],
+                  ([e['dtype'], f"{e['stage']} ({e['channels']})",
+                    *(f'{e[n][0]:.2f}' + ('' if e[n][1] == fitted else f' ({e[n][1]})')
+                      if n in e else '' for n in names)] for e in exponents)), '']
+    points = rows_by_point(rows)
+    for dtype in args.dtypes:
+        for stage in args.stage_list:
+            lines += [f'## {dtype}, stage {stage.index}: {stage.channels} channels, '
+                      f'{stage.heads} heads, ESA reduction {stage.sr_ratio}', '',
+                      'ms [min-max] / peak MB (held for backward MB)', '', *markdown_table(
+                          ['grid', *names],
+                          ([f'{grid}x{grid}', *(_cell(points.get((dtype, stage.index, grid, n)))
+                                                for n in names)] for grid in args.grids)), '']
+    notes = sorted({(r['name'], r['status']) for r in rows if r['status'] != 'ok'})
+    if notes:
+        lines += ['## Not measured', ''] + [f'- {n}: {s}' for n, s in notes[:60]] + ['']
+    with open(path, 'w') as f:
+        f.write('\n'.join(lines))
+
+
+def write_plot(path_prefix, rows, args) -> list[str]:
+    plt = pyplot()
+    written = []
+    names = args.names
+    for dtype in args.dtypes:
+        stages = args.stage_list
+        panels = ['fwd+bwd ms'] + ([] if args.no_memory else ['peak MB'])  # no memory: no zeros
+        fig, axes = plt.subplots(len(panels), len(stages), squeeze=False,
+                                 figsize=(4 * len(stages), 3.25 * len(panels)))
+        for column, stage in enumerate(stages):
+            for name in names:
+                points = sorted((r['tokens'], r['median_ms'], r['peak_mb']) for r in rows
+                                if (r['dtype'], r['stage'], r['name']) == (dtype, stage.index, name)
+                                and r['status'] == 'ok')
+                if not points:
+                    continue
+                tokens, ms, mb = zip(*points)
+                style = dict(linestyle='--' if name in REFERENCE_NAMES else '-', marker='o', ms=3,
+                             color=plt.get_cmap('tab20')(names.index(name) % 20), label=name)
+                for axis, values in zip(axes[:, column], (ms, mb)):
+                    axis.plot(tokens, values, **style)
+            axes[0][column].set_title(f'stage {stage.index}: C={stage.channels}', fontsize=9)
+            axes[-1][column].set_xlabel('tokens (H x W)', fontsize=8)
+            for row_index, label in enumerate(panels):
+                axis = axes[row_index][column]
+                axis.set_xscale('log')
+                axis.set_yscale('log')
+                axis.tick_params(labelsize=7)
+                axis.grid(True, which='major', alpha=0.3)
+                if column == 0:
+                    axis.set_ylabel(label, fontsize=8)
+        axes[0][0].legend(fontsize=7, ncol=2)
+        fig.suptitle(f'Token mixers, {args.device} {dtype}, batch {args.batch}', fontsize=10)
+        written.append(f'{path_prefix}_{dtype}.png')
+        save_figure(fig, written[-1], dpi=60)
+    return written
 
 
 def main(argv=None) -> int:
