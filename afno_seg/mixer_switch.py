@@ -24,8 +24,7 @@ from mmengine.logging import print_log
 from .engine.errors import UserError
 
 __all__ = ['SUPPORTED_BACKBONES', 'PRETRAINED_DIR', 'parse_mixer_spec', 'resolve_config_path',
-           'mit_size', 'crop_size', 'switch_mixer', 'use_local_pretrained', 'spec_slug',
-           'load_switched_config', 'write_switched_config']
+           'mit_size', 'crop_size', 'switch_mixer', 'use_local_pretrained', 'spec_slug']
 
 #: Backbone types ``--mixer`` converts (both have mmseg's MiT parameter names).
 SUPPORTED_BACKBONES = ('MixVisionTransformer', 'MixerMiT')
@@ -236,30 +235,3 @@ def switch_mixer(cfg: Config, spec: str | None, pretrained: bool = True,
     if default_work_dir and cfg.get('work_dir'):
         cfg.work_dir = f'{str(cfg.work_dir).rstrip("/")}_{spec_slug(spec)}'
     return cfg
-
-
-def load_switched_config(config: str, spec: str | None, cfg_options: dict | None = None,
-                         pretrained: bool = False) -> Config:
-    """``Config.fromfile`` of a path or ``mmseg::...`` config, ``cfg_options`` merged, then
-    :func:`switch_mixer`; a missing file is one :class:`UserError` line."""
-    path = resolve_config_path(config)
-    if not osp.isfile(path):
-        raise UserError(f'config file not found: {config}')
-    cfg = Config.fromfile(path)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    return switch_mixer(cfg, spec, pretrained=pretrained)
-
-
-def write_switched_config(config: str, spec: str | None, out_dir: str,
-                          cfg_options: dict | None = None) -> str:
-    """The config a tool that reads a config file should use: ``config`` itself without a
-    spec (``mmseg::`` resolved), else the derived config written as
-    ``out_dir/<stem>_<spec>.py`` (``cfg_options`` merged into it). Returns its path."""
-    if spec is None:
-        return resolve_config_path(config)
-    cfg = load_switched_config(config, spec, cfg_options)
-    path = Path(out_dir) / f'{Path(resolve_config_path(config)).stem}_{spec_slug(spec)}.py'
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cfg.dump(str(path))
-    return str(path)

@@ -17,11 +17,10 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from afno_seg.engine import UserError
+from afno_seg.engine import UserError, load_config
 from afno_seg.engine import run_tool as run_in_process
 from afno_seg.mixer_switch import (
     crop_size,
-    load_switched_config,
     mit_size,
     parse_mixer_spec,
     resolve_config_path,
@@ -137,7 +136,7 @@ def test_tools_refuse_in_one_line(capsys):
 
 
 def test_derived_config_round_trips(tmp_path):
-    cfg = load_switched_config(ADE_B0, 'afno+afno+esa+esa:sparsity_threshold=0.05')
+    cfg = load_config(ADE_B0, mixer='afno+afno+esa+esa:sparsity_threshold=0.05', pretrained=False)
     cfg.dump(str(tmp_path / 'derived.py'))
     again = Config.fromfile(str(tmp_path / 'derived.py'))  # custom_imports: afno_seg
     assert again.model.to_dict() == cfg.model.to_dict()

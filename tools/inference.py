@@ -43,9 +43,8 @@ from afno_seg.deployment import (
 from afno_seg.deployment.report import report_on_files
 from afno_seg.deployment.segment_files import PROGRESS_DIR, Shard
 from afno_seg.deployment.startup import quiet_known_warnings
-from afno_seg.engine import UserError, run_tool
+from afno_seg.engine import UserError, run_tool, write_switched_config
 from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
-from afno_seg.mixer_switch import write_switched_config
 
 
 def parse_args(argv=None):

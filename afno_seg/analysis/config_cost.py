@@ -10,7 +10,7 @@ from mmengine.registry import init_default_scope
 from mmseg.registry import MODELS
 
 from ..backbones.mixer_mit import ARCH_SETTINGS
-from ..mixer_switch import load_switched_config
+from ..engine.runner import load_config
 from .breakdown import analyze_segmentor
 
 __all__ = ['analyze_config', 'depth_scaled_cost', 'image_shape']
@@ -37,7 +37,7 @@ def analyze_config(config: str, shape: tuple[int, int], cfg_options: dict | None
     """Build ``config`` (a path or ``mmseg::...``, with the ``--mixer`` spec ``mixer``; no
     weights loaded) and return :func:`~afno_seg.analysis.breakdown.analyze_segmentor`'s result
     with ``config``, ``cfg_options``, ``mixer`` and ``trace_seconds`` added."""
-    model = _build(load_switched_config(config, mixer, cfg_options))
+    model = _build(load_config(config, cfg_options=cfg_options, mixer=mixer, pretrained=False))
     start = time.perf_counter()
     result = analyze_segmentor(model, shape, attention_stand_in=not real_attention,
                                device=device)
@@ -97,7 +97,7 @@ def depth_scaled_cost(config: str, mixer: str | None, shape: tuple[int, int],
     Returns:
         dict: As :func:`analyze_config`, plus ``depth_scaled=True``.
     """
-    cfg = load_switched_config(config, mixer, cfg_options)
+    cfg = load_config(config, cfg_options=cfg_options, mixer=mixer, pretrained=False)
     backbone = cfg.model.backbone
     if backbone.get('arch'):  # spell the sizes out, so that num_layers can change
         backbone.update(ARCH_SETTINGS[backbone.pop('arch')])

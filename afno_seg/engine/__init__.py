@@ -24,6 +24,7 @@ from .runner import (
     run_test,
     run_tool,
     run_train,
+    write_switched_config,
 )
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     'check_model_types', 'CheckpointError', 'CPUAutocastOptimWrapper', 'DataRootError',
     'DiskSpaceError', 'EmptySplitError', 'estimate_checkpoint_bytes', 'load_config',
     'NonFiniteLossError', 'NonFiniteLossHook', 'PRECISIONS', 'remove_stale_temp_files', 'run_test',
-    'run_tool', 'run_train', 'SaveError', 'UnknownTypeError', 'UserError', 'WorkDirError'
+    'run_tool', 'run_train', 'SaveError', 'UnknownTypeError', 'UserError', 'WorkDirError',
+    'write_switched_config'
 ]

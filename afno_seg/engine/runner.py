@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from contextvars import ContextVar
+from pathlib import Path
 
 import torch
 from mmengine.config import Config
@@ -19,7 +20,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from ..decode_heads import use_low_res_fusion
-from ..mixer_switch import resolve_config_path, switch_mixer
+from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
 from .checkpoint import trusted_checkpoints
 from .checkpoint_fit import CheckpointFitHook
 from .cpu_memory import cache_freed_cpu_memory
@@ -31,7 +32,7 @@ from .preemption import TrainingInterrupted, restart_count, stop_signals_release
 from .preflight import check_before_runner, check_checkpoint, check_config_checkpoints
 
 __all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'load_config', 'run_test',
-           'run_tool', 'run_train']
+           'run_tool', 'run_train', 'write_switched_config']
 
 # True inside run_tool (a failure then ends the process); a context variable, so no state
 # outlives the call.
@@ -39,19 +40,37 @@ _IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
 
 
 def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = None,
-                work_dir: str | None = None) -> Config:
-    """``Config.fromfile`` plus mmseg's tool conventions (``--cfg-options``, default work_dir)."""
-    if not osp.isfile(config):
+                work_dir: str | None = None, *, mixer: str | None = None,
+                pretrained: bool = True) -> Config:
+    """``Config.fromfile`` of a path or ``mmseg::...`` config plus mmseg's tool conventions
+    (``--cfg-options``, default work_dir), then ``--mixer`` (:func:`switch_mixer`; ``pretrained``
+    False: no MiT weights named); a missing file is one :class:`UserError` line."""
+    path = resolve_config_path(config)
+    if not osp.isfile(path):
         raise UserError(f'config file not found: {config}')
-    cfg = Config.fromfile(config)
+    cfg = Config.fromfile(path)
     cfg.launcher = launcher
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config))[0])
-    return cfg
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    return switch_mixer(cfg, mixer, pretrained, default_work_dir=work_dir is None)
+
+
+def write_switched_config(config: str, spec: str | None, out_dir: str,
+                          cfg_options: dict | None = None) -> str:
+    """The config a tool that reads a config file should use: ``config`` itself without a
+    spec (``mmseg::`` resolved), else the derived config written as
+    ``out_dir/<stem>_<spec>.py`` (``cfg_options`` merged into it). Returns its path."""
+    if spec is None:
+        return resolve_config_path(config)
+    cfg = load_config(config, cfg_options=cfg_options, mixer=spec, pretrained=False)
+    path = Path(out_dir) / f'{Path(resolve_config_path(config)).stem}_{spec_slug(spec)}.py'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cfg.dump(str(path))
+    return str(path)
 
 
 def adapt_config_to_device(cfg: Config, distributed: bool = False,
@@ -166,8 +185,7 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
     """What ``tools/train.py`` runs, its flags as arguments: load ``config`` (a path or
     ``mmseg::...``; ``mixer`` as ``--mixer``), ``edit(cfg)`` it (``--amp``), resume when asked or
     restarted by torchrun/Slurm, check the checkpoints it names, build the runner, train."""
-    cfg = switch_mixer(load_config(resolve_config_path(config), launcher, cfg_options, work_dir),
-                       mixer, default_work_dir=work_dir is None)
+    cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer)
     if edit is not None:
         edit(cfg)
     restarted = restart_count()
@@ -194,8 +212,7 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
     weights."""
     if not trust:
         check_checkpoint(checkpoint)  # a bad/unsafe file named at once, before the Runner
-    cfg = switch_mixer(load_config(resolve_config_path(config), launcher, cfg_options, work_dir),
-                       mixer, pretrained=False, default_work_dir=work_dir is None)
+    cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer, pretrained=False)
     cfg.load_from = checkpoint
     use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
     if edit is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.errors import UserError
-from ..mixer_switch import load_switched_config
+from ..engine.runner import load_config
 from . import study_jobs
 from .study_jobs import parsed_cfg_options
 from .study_plan import Run, cost_config_of, scale_options
@@ -147,8 +147,7 @@ def _run_one(run: Run, index: int, total: int, options: StudyOptions,
     """Train one run and evaluate it at ``scales``, skipping what is done; returns what was
     done."""
     prefix = f'[{index}/{total}] {run.name}:'
-    cfg = load_switched_config(run.row.train_config, None,
-                               parsed_cfg_options(options.cfg_options))
+    cfg = load_config(run.row.train_config, cfg_options=parsed_cfg_options(options.cfg_options))
     max_iters = cfg.train_cfg.max_iters
     logs = options.work_dir / 'logs'
     pending = [s for s in scales if eval_metrics_file(run.eval_dir(s)) is None]
@@ -187,8 +186,7 @@ def _run_spectrum(run: Run, options: StudyOptions) -> None:
     out = run.root / 'spectrum'
     if (out / 'spectrum.json').is_file():
         return
-    cfg = load_switched_config(run.row.train_config, None,
-                               parsed_cfg_options(options.cfg_options))
+    cfg = load_config(run.row.train_config, cfg_options=parsed_cfg_options(options.cfg_options))
     checkpoint = final_checkpoint(run, cfg.train_cfg.max_iters)
     if checkpoint is None:
         print(f'  no final checkpoint of {run.name}: no spectrum', flush=True)

@@ -19,7 +19,8 @@ from mmengine.config import Config
 
 from ..engine.atomic_io import atomic_write
 from ..engine.errors import UserError
-from ..mixer_switch import load_switched_config, parse_mixer_spec
+from ..engine.runner import load_config
+from ..mixer_switch import parse_mixer_spec
 from ..mixers import mixer_variants
 
 __all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
@@ -93,7 +94,7 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
     rows, variants = [], mixer_variants() if specs else {}
     config_dir = work_dir / 'configs'
     for config in configs:
-        stem, base_cfg = Path(config).stem, load_switched_config(config, None)
+        stem, base_cfg = Path(config).stem, load_config(config)
         num_stages = base_cfg.model.backbone.get('num_stages', 4)
         for spec in (specs or [None]):
             if spec is None:

@@ -114,9 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def prepare_cfg(path: str, args: argparse.Namespace, head: str = 'stock',
                 precision: str = 'fp32'):
     from afno_seg.decode_heads import use_low_res_fusion
-    from afno_seg.engine import UserError
-    from afno_seg.mixer_switch import load_switched_config
-    cfg = load_switched_config(path, args.mixer)  # also a path as mmseg::segformer/...
+    from afno_seg.engine import UserError, load_config
+    cfg = load_config(path, mixer=args.mixer, pretrained=False)  # a path or mmseg::segformer/...
     if head == 'low-res' and not use_low_res_fusion(cfg.model):
         raise UserError(f'--heads low-res: {path} has no SegformerHead to switch')
     backbone = cfg.model.backbone
