@@ -363,8 +363,7 @@ def test_loaded_segmentor_fuses_its_head_at_low_resolution(trained):
 # -- weights-only releases ----------------------------------------------------------------------
 
 def test_published_files_predict_as_the_original(trained, tiny_demo_data, tmp_path, capsys):
-    from afno_seg.deployment import Segmenter, load_segmentor
-    from afno_seg.deployment.inputs import read_image
+    from afno_seg.deployment import Segmenter, load_segmentor, read_image
     out = tmp_path / 'pub'
     assert run_tool(lambda: tool('tools/publish_model.py').main([str(trained), str(out)])) == 0
     pth, = out.glob('iter_6-*.pth')

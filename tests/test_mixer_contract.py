@@ -14,10 +14,10 @@ import torch
 
 from afno_seg.backbones.stage import build_mixer, stage_arguments
 from afno_seg.deployment import export_network, onnx_session
-from afno_seg.deployment.benchmark import MixerAlone
 from afno_seg.deployment.onnx_export import INPUT_NAME
 from afno_seg.mixers import (
     FORMS,
+    MixerAlone,
     current_form,
     is_spectral,
     mixer_catalogue,

@@ -9,10 +9,9 @@ import torch
 from mmseg.registry import MODELS
 
 from afno_seg.deployment import export_network, export_onnx, onnx_session, openvino_session
-from afno_seg.deployment.benchmark import MixerAlone
 from afno_seg.deployment.onnx_export import INPUT_NAME, resolve_dft
 from afno_seg.engine.errors import UserError
-from afno_seg.mixers import mixer_variants, use_form
+from afno_seg.mixers import MixerAlone, mixer_variants, use_form
 
 from conftest import (
     ONE_LAYER,

@@ -22,6 +22,7 @@ from mmengine.analysis import FlopAnalyzer, jit_handles
 from mmengine.analysis.jit_handles import get_shape
 from torch import Tensor, nn
 
+from ..mixers.base import MixerAlone
 from ..mixers.spectral import fft_flops
 from .tracing import tracing_for_flops
 
@@ -197,17 +198,6 @@ def build_flop_analyzer(model: nn.Module, inputs: Tensor | tuple) -> FlopAnalyze
     return analyzer.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
 
 
-class _TokenMixerCall(nn.Module):
-    """``forward(x) = mixer(x, hw_shape)``: a one-tensor module that jit can trace."""
-
-    def __init__(self, mixer: nn.Module, hw_shape: tuple[int, int]) -> None:
-        super().__init__()
-        self.mixer, self.hw_shape = mixer, tuple(hw_shape)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.mixer(x, self.hw_shape)
-
-
 def count_mixer_flops(mixer: nn.Module, hw_shape: tuple[int, int], batch_size: int = 1,
                       attention_stand_in: bool = False) -> Counter:
     """Traced real FLOPs of one mixer call on ``batch_size`` random ``(H*W, C)`` token maps.
@@ -217,7 +207,7 @@ def count_mixer_flops(mixer: nn.Module, hw_shape: tuple[int, int], batch_size: i
     """
     tokens = torch.randn(batch_size, math.prod(hw_shape), mixer.embed_dims,
                          device=next(iter(mixer.parameters()), torch.empty(0)).device)
-    analyzer = build_flop_analyzer(_TokenMixerCall(mixer, hw_shape).eval(), (tokens, ))
+    analyzer = build_flop_analyzer(MixerAlone(mixer, hw_shape).eval(), (tokens, ))
     with tracing_for_flops(attention_stand_in):
         counts = analyzer.by_operator()
     return Counter({op: FLOPS_PER_MAC * value for op, value in counts.items()})

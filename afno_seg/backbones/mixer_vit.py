@@ -20,7 +20,6 @@ and classification averages the output map (mmpretrain's ``GlobalAveragePooling`
 ``2 * 2 * mlp_ratio * C^2 * H W`` (MLP).
 """
 import math
-import warnings
 from collections.abc import Sequence
 
 import torch
@@ -92,15 +91,8 @@ class MixerViT(BaseModule):
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  with_pos_embed: bool = True, final_norm: bool = True,
                  act_cfg: dict | None = None, norm_cfg: dict | None = None,
-                 with_cp: bool = False, init_cfg: dict | None = None,
-                 mixer: dict | None = None) -> None:
+                 with_cp: bool = False, init_cfg: dict | None = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if mixer is not None:
-            if mixers is not None:
-                raise ValueError('give mixers (or the deprecated mixer), not both')
-            warnings.warn('MixerViT(mixer=...) is deprecated; write mixers=... as for MixerMiT',
-                          DeprecationWarning, stacklevel=2)
-            mixers = mixer
         if isinstance(arch, str):
             if arch not in VIT_ARCH_SETTINGS:
                 raise ValueError(f'unknown arch {arch!r}; choose one of '

@@ -2,7 +2,7 @@
 ONNX export and onnxruntime, in PyTorch or onnxruntime with the config's own pre- and
 post-processing; an HTML evaluation report (:mod:`.report`, imported on use: it registers
 ``SegReportMetric``)."""
-from .inputs import InputFile, collect_inputs, open_video, read_image
+from .files import InputFile, collect_inputs, open_video, read_image
 from .model import load_segmentor, set_inference_mode
 from .onnx_export import (
     SegmentorLogits,

@@ -27,7 +27,7 @@ from ..engine.errors import UserError
 from .onnx_export import INPUT_NAME, SegmentorLogits, export_network, onnx_session
 from .predictor import openvino_session
 
-__all__ = ['RUNTIMES', 'MixerAlone', 'NodeTime', 'OnnxProfile', 'ParityResult',
+__all__ = ['RUNTIMES', 'NodeTime', 'OnnxProfile', 'ParityResult',
            'compare_backends', 'profile_onnx', 'timed_ms']
 
 
@@ -62,17 +62,6 @@ def timed_ms(run) -> float:
     return 1e3 * (time.perf_counter() - start)
 
 
-class MixerAlone(torch.nn.Module):
-    """``tokens (1, H*W, C) -> mixer(tokens, (H, W))``, for timing one mixer by itself."""
-
-    def __init__(self, mixer, hw_shape: tuple[int, int]) -> None:
-        super().__init__()
-        self.mixer, self.hw_shape = mixer, tuple(hw_shape)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.mixer(tokens, self.hw_shape)
-
-
 def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
                      threads: int = 1,
                      runtimes: tuple[str, ...] = RUNTIMES,
@@ -83,7 +72,8 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
     Args:
         name (str): Row label.
         model (nn.Module): A segmentor (its ``encode_decode`` is exported, as by
-            :func:`.export_onnx`), or any module (e.g. :class:`MixerAlone`) taking ``inputs``.
+            :func:`.export_onnx`), or any module taking ``inputs`` (e.g.
+            :class:`~afno_seg.mixers.MixerAlone`).
         inputs (Tensor): ``(1, 3, H, W)``, the normalised image (what the data preprocessor
             makes of :meth:`.Segmenter.prepare`'s output), or the module's input.
         repeats (int): Timed rounds. Default: 5.

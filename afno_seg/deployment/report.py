@@ -26,8 +26,7 @@ import numpy as np
 from mmengine.evaluator import BaseMetric
 from mmseg.registry import METRICS
 
-from .inputs import read_image
-from .outputs import write_png
+from .files import read_image, write_png
 
 __all__ = ['SegReportMetric', 'WorstImage', 'class_scores', 'confusion_matrix', 'image_miou',
            'report_on_files', 'write_report']

@@ -48,8 +48,15 @@ from ..engine.atomic_io import atomic_write, remove_stale_temp_files
 from ..engine.distributed import process_running
 from ..engine.errors import UserError
 from ..engine.preemption import StopSignals
-from .inputs import InputFile, open_video, read_image
-from .outputs import VideoOverlayWriter, overlay, to_label_ids, write_png
+from .files import (
+    InputFile,
+    VideoOverlayWriter,
+    open_video,
+    overlay,
+    read_image,
+    to_label_ids,
+    write_png,
+)
 from .predictor import Segmenter
 
 __all__ = ['PROGRESS_DIR', 'Shard', 'segment_files']

@@ -6,7 +6,7 @@ file is one import line here (``docs/adding_a_mixer.md``). :mod:`.catalogue` lis
 from .afno import AFNOMixer
 from .attention import EfficientSelfAttentionMixer, FullSelfAttentionMixer
 from .axial import AxialAttentionMixer
-from .base import TokenMixer, Variant
+from .base import MixerAlone, TokenMixer, Variant
 from .catalogue import (
     catalogue_markdown,
     find_variant,
@@ -25,6 +25,6 @@ from .long_short import LongShortAttentionMixer
 
 __all__ = ['AFNOMixer', 'AxialAttentionMixer', 'EfficientSelfAttentionMixer', 'FNOMixer', 'FORMS',
            'FNetMixer', 'FullSelfAttentionMixer', 'GlobalFilterMixer', 'LongShortAttentionMixer',
-           'TokenMixer', 'Variant', 'catalogue_markdown', 'current_form', 'find_variant',
-           'is_spectral', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
+           'MixerAlone', 'TokenMixer', 'Variant', 'catalogue_markdown', 'current_form',
+           'find_variant', 'is_spectral', 'mixer_catalogue', 'mixer_classes', 'mixer_variants',
            'registered_mixers', 'resample_filter', 'stores_grid', 'use_form']

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from mmengine.model import BaseModule
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ['TokenMixer', 'Variant']
+__all__ = ['MixerAlone', 'TokenMixer', 'Variant']
 
 
 @dataclass(frozen=True)
@@ -76,3 +76,15 @@ class TokenMixer(BaseModule):
             raise ValueError(f'expected tokens of shape (B, {height}*{width}, C) for grid '
                              f'{tuple(hw_shape)}, got {tuple(x.shape)}')
         return height, width
+
+
+class MixerAlone(nn.Module):
+    """``forward(x) = mixer(x, hw_shape)``: one mixer as a one-tensor module, for tracing,
+    export and timing it by itself."""
+
+    def __init__(self, mixer: nn.Module, hw_shape: tuple[int, int]) -> None:
+        super().__init__()
+        self.mixer, self.hw_shape = mixer, tuple(hw_shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.mixer(x, self.hw_shape)

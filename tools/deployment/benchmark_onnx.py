@@ -42,9 +42,9 @@ from mmengine.registry import init_default_scope
 import afno_seg  # noqa: F401
 from afno_seg.decode_heads import HEADS, use_low_res_fusion
 from afno_seg.deployment import Segmenter
-from afno_seg.deployment.benchmark import RUNTIMES, MixerAlone, ParityResult, compare_backends
+from afno_seg.deployment.benchmark import RUNTIMES, ParityResult, compare_backends
 from afno_seg.deployment.startup import quiet_known_warnings
-from afno_seg.mixers import mixer_variants
+from afno_seg.mixers import MixerAlone, mixer_variants
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 FRAME = osp.join(ROOT, '..', 'shared', 'data', 'cityscapes_sample', 'leftImg8bit', 'val',
