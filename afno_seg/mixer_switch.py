@@ -82,7 +82,7 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
 def spec_slug(spec: str) -> str:
     """A file-name form of a spec (``afno:sparsity_threshold=0.1`` ->
     ``afno_sparsity_threshold=0.1``)."""
-    return _SLUG_RE.sub('_', spec.replace(':', '_'))
+    return _SLUG_RE.sub('_', spec)  # ':' is outside the kept set too
 
 
 def resolve_config_path(config: str) -> str:

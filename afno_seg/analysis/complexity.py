@@ -8,14 +8,12 @@ counts leave element-wise work out; attention runs the real kernels up to
 """
 from collections.abc import Sequence
 
-import torch
-
 from ..backbones.stage import build_mixer, stage_arguments, stage_grids
 from ..mixers.catalogue import mixer_catalogue
 from .flops import NORM_OPS, count_mixer_flops
 from .report import markdown_table
 
-__all__ = ['build_stage1_mixer', 'mixer_sweep', 'plot_sweep', 'stage1_labels', 'sweep_markdown']
+__all__ = ['mixer_sweep', 'plot_sweep', 'stage1_labels', 'sweep_markdown']
 
 DEFAULT_SIZES = (32, 64, 128, 256, 512)
 
@@ -23,13 +21,6 @@ DEFAULT_SIZES = (32, 64, 128, 256, 512)
 def stage1_labels() -> dict[str, str]:
     """Display label -> catalogue name of every listed variant."""
     return {entry.label: entry.name for entry in mixer_catalogue()}
-
-
-def build_stage1_mixer(label: str, channels: int = 64) -> torch.nn.Module:
-    """Mixer ``label`` (a display label or catalogue name) as B3's stage 1 builds it."""
-    entry = next(e for e in mixer_catalogue(include_unlisted=True) if label in (e.label, e.name))
-    args = stage_arguments(channels, num_heads=1, sr_ratio=8, base_hw_shape=stage_grids(1024)[0])
-    return build_mixer(entry.config, **args).eval()
 
 
 def mixer_sweep(sizes: Sequence[int] = DEFAULT_SIZES, channels: int = 64,
@@ -42,9 +33,11 @@ def mixer_sweep(sizes: Sequence[int] = DEFAULT_SIZES, channels: int = 64,
         (None when ``count`` is False) and ``attention`` (how attention products were traced:
         'real', 'stand-in', or None for mixers without attention).
     """
-    records = []
-    for label in labels or stage1_labels():
-        mixer = build_stage1_mixer(label, channels)
+    records, catalogue = [], mixer_catalogue(include_unlisted=True)
+    args = stage_arguments(channels, num_heads=1, sr_ratio=8, base_hw_shape=stage_grids(1024)[0])
+    for label in labels or stage1_labels():  # a display label or catalogue name
+        entry = next(e for e in catalogue if label in (e.label, e.name))
+        mixer = build_mixer(entry.config, **args).eval()  # as B3's stage 1 builds it
         for size in sizes:
             grid = (size, size)
             record = dict(mixer=label, grid=list(grid), tokens=size * size,

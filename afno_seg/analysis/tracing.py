@@ -1,7 +1,8 @@
 """Tracing helpers for FLOP counting: context managers that patch torch for the duration of a
 trace (custom autograd Functions run inline, attention as a shape-only stand-in) and restore it."""
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -21,24 +22,17 @@ class _ShapeOnlyAttention(torch.autograd.Function):
         return query.new_zeros(*query.shape[:-1], value.shape[-1])
 
 
-@contextmanager
-def shape_only_attention() -> Iterator[None]:
+def shape_only_attention() -> AbstractContextManager:
     """Replace ``F.scaled_dot_product_attention`` by a shape-only stand-in inside the block.
 
     Counting needs only shapes, and the real kernel on full self-attention's 65,536 stage-1 tokens
     at 1024 x 1024 takes minutes on a CPU. The stand-in is counted by the same handle, so the count
     is identical (``tests/test_flops.py`` checks it); only the output values are meaningless.
     """
-    original = F.scaled_dot_product_attention
-
     def stand_in(query, key, value, *args, **kwargs):
         return _ShapeOnlyAttention.apply(query, key, value)
 
-    F.scaled_dot_product_attention = stand_in
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention = original
+    return mock.patch.object(F, 'scaled_dot_product_attention', stand_in)  # restored on exit
 
 
 @contextmanager
@@ -62,11 +56,8 @@ def inline_autograd_functions() -> Iterator[None]:
         ctx.needs_input_grad = (False, ) * len(args)
         return cls.forward(ctx, *args, **kwargs)
 
-    torch.autograd.Function.apply = classmethod(apply)
-    try:
+    with mock.patch.object(torch.autograd.Function, 'apply', classmethod(apply)):
         yield
-    finally:
-        torch.autograd.Function.apply = original
 
 
 @contextmanager

@@ -122,11 +122,10 @@ def write_csv(path, rows: list[dict], fields: list[str], digits: int = 4) -> Non
     """``rows`` as CSV with columns ``fields`` (others dropped), floats to ``digits`` significant
     digits."""
     with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction='ignore')
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f'{v:.{digits}g}' if isinstance(v, float) else v)
-                             for k, v in row.items() if k in fields})
+        writer.writerows({k: (f'{v:.{digits}g}' if isinstance(v, float) else v)
+                          for k, v in row.items()} for row in rows)
 
 
 def load_average() -> str:

@@ -11,7 +11,6 @@ beside its checkpoints, ready for ``tools/test.py`` or ``tools/analysis/spectrum
 A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and
 ``runs/<row>/seed<S>/eval_<scale>x`` (one ``tools/test.py`` work dir per evaluation scale).
 """
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,13 +19,11 @@ from mmengine.config import Config
 from ..engine.atomic_io import atomic_write
 from ..engine.errors import UserError
 from ..engine.runner import load_config
-from ..mixer_switch import parse_mixer_spec
+from ..mixer_switch import parse_mixer_spec, spec_slug
 from ..mixers import mixer_variants
 
 __all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
            'scale_options']
-
-_NAME_RE = re.compile(r'[^A-Za-z0-9.=+-]+')
 
 
 def mixer_label(mixers) -> str:
@@ -104,7 +101,7 @@ def plan_rows(configs: list[str], specs: list[str] | None, work_dir: Path,
                 stage_mixers = [mixers] * num_stages if isinstance(mixers, dict) else mixers
             else:
                 stage_mixers = parse_mixer_spec(spec, variants, num_stages)
-                row_id = stem + '__' + _NAME_RE.sub('_', spec).replace(':', '_')
+                row_id = f'{stem}__{spec_slug(spec)}'
                 path = config_dir / f'{row_id}.py'
                 write_once(path, derived_config_text(config, stage_mixers))
                 row = Row(row_id, config, str(path), spec)

@@ -33,9 +33,7 @@ def per_class_iou(metrics_json: Path) -> dict[str, float]:
         return {}
     values, in_table = {}, False
     for line in log.read_text().splitlines():
-        match = _CLASS_ROW.match(line.strip())
-        if match and match.group(1) == 'Class':
-            continue
+        match = _CLASS_ROW.match(line.strip())  # the header row has no numbers: no match
         if 'Class' in line and 'IoU' in line:
             in_table = True
             continue
