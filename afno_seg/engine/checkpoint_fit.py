@@ -11,7 +11,6 @@ mixer tensors the file holds instead, and the config it was trained with when it
 """
 import logging
 import re
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from mmengine.hooks import Hook
@@ -180,7 +179,7 @@ def load_state(model: nn.Module, checkpoint, source: str, new_prefixes=(),
     already remapped to the model's names) into ``model``; :func:`log_fit` when ``log``."""
     report = check_fit(model, checkpoint, source, new_prefixes, advice)
     state = state_dict_of(checkpoint)
-    model.load_state_dict(OrderedDict((k, state[k]) for k in report.loaded), strict=False)
+    model.load_state_dict({k: state[k] for k in report.loaded}, strict=False)
     if log:
         log_fit(report, source)
     return report

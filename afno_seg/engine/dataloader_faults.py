@@ -51,9 +51,8 @@ class WorkerGuard:
     def __call__(self, worker_id: int) -> None:
         _leave_stop_signals_to_parent()
         self.slots[_FIELDS * worker_id] = os.getpid()
-        info = torch.utils.data.get_worker_info()
-        if info is not None:
-            _track_samples(info.dataset, self.slots, _FIELDS * worker_id)
+        # a worker_init_fn runs in a worker only, where get_worker_info() is set
+        _track_samples(torch.utils.data.get_worker_info().dataset, self.slots, _FIELDS * worker_id)
         if self.init_fn is not None:
             self.init_fn(worker_id)
 
@@ -161,9 +160,8 @@ def _explain(text: str) -> str | None:
     if timed_out:
         busy = [(guard, worker) for guard in guards for worker in guard.workers()
                 if worker['index'] is not None]
-        busy.sort(key=lambda item: -item[1]['seconds'])
-        if busy:
-            guard, worker = busy[0]
+        if busy:  # the longest-busy worker
+            guard, worker = max(busy, key=lambda item: item[1]['seconds'])
             stuck = (f'{guard.name} worker {worker["worker"]} (pid {worker["pid"]}) has been '
                      f'loading {guard.describe_sample(worker["index"])} for '
                      f'{worker["seconds"]:.0f} s')

@@ -74,13 +74,11 @@ def find_first_non_finite(model: torch.nn.Module, args: tuple, kwargs: dict) -> 
 
 
 def _loss_terms(losses: dict) -> dict:
-    terms = {}
-    for name, value in losses.items():
-        if 'loss' in name and isinstance(value, (torch.Tensor, list, tuple)):
-            values = list(_tensors(value))
-            if values:
-                terms[name] = sum(v.detach().float().mean() for v in values)
-    return terms
+    """Each ``loss`` entry (a tensor or a list of them, as mmengine's ``parse_losses`` requires)
+    as one scalar."""
+    tensors = {name: list(_tensors(value)) for name, value in losses.items() if 'loss' in name}
+    return {name: sum(v.detach().float().mean() for v in values)
+            for name, values in tensors.items() if values}
 
 
 @HOOKS.register_module()

@@ -53,9 +53,7 @@ def cpu_flags() -> frozenset[str]:
 @functools.cache
 def autocast_runs(device_type: str, precision: str) -> bool:
     """Whether torch autocasts a matmul to that dtype here (a torch without CPU float16 autocast
-    warns and runs float32 instead)."""
-    if device_type == 'cuda' and precision == 'bf16' and not torch.cuda.is_bf16_supported():
-        return False
+    warns and runs float32 instead; on a GPU without bfloat16 ``torch.autocast`` raises)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')

@@ -85,10 +85,8 @@ def leaf_datasets(dataset_cfg):
 def loader_datasets(cfg: Config, loaders):
     """Yield ``(loader name, leaf dataset config)`` for the loaders the config has."""
     for loader in loaders:
-        loader_cfg = cfg.get(loader)
-        if loader_cfg:
-            for dataset in leaf_datasets(loader_cfg.get('dataset')):
-                yield loader, dataset
+        for dataset in leaf_datasets((cfg.get(loader) or {}).get('dataset')):
+            yield loader, dataset
 
 
 def image_folder(dataset) -> str:
@@ -131,9 +129,8 @@ def check_data_roots(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
             if 'Cityscapes' in str(dataset.get('type', '')):
                 message += '\n' + CITYSCAPES_HELP.format(root=root.rstrip('/') or 'data/cityscapes')
             raise DataRootError(message)
-        ann_file = dataset.get('ann_file', '') or ''
-        if ann_file:
-            path = osp.join(root, ann_file)  # an absolute ann_file as it is
+        if dataset.get('ann_file'):
+            path = osp.join(root, dataset['ann_file'])  # an absolute ann_file as it is
             if osp.isfile(path):
                 with open(path) as file:
                     if not any(line.strip() for line in file):
@@ -276,12 +273,10 @@ def config_checkpoints(cfg: Config, resume: bool = False) -> list[str]:
     """The checkpoint files a Runner built from ``cfg`` will read: ``load_from``, the one
     ``--resume`` continues from (``work_dir/last_checkpoint``), and every pretrained file in
     ``cfg.model`` (:func:`pretrained_checkpoints`; local paths only)."""
-    files = []
-    if resume and not cfg.get('load_from'):
-        files.append(find_latest_checkpoint(cfg.work_dir))  # None (logged) if there is none
-    elif cfg.get('load_from'):
-        files.append(cfg.load_from)
-    files += [path for _, path in pretrained_checkpoints(cfg.get('model'))]
+    load_from = cfg.get('load_from')
+    if resume and not load_from:
+        load_from = find_latest_checkpoint(cfg.work_dir)  # None (logged) if there is none
+    files = [load_from] + [path for _, path in pretrained_checkpoints(cfg.get('model'))]
     return [f for f in dict.fromkeys(files) if f and '://' not in f]
 
 

@@ -264,10 +264,8 @@ def run_tool(main: Callable[[], None]) -> int:
 
 def _current_iteration() -> int | None:
     """The training iteration running now (mmengine's runtime info), if any."""
-    try:
-        return MessageHub.get_current_instance().get_info('iter') + 1
-    except Exception:  # no runner built yet, or not training
-        return None
+    iteration = MessageHub.get_current_instance().get_info('iter')  # None: not training
+    return None if iteration is None else iteration + 1
 
 
 def _leave_process_group() -> None:
