@@ -5,7 +5,7 @@ For an image ``NAME.png`` (``NAME``: its path below the folder or pattern it was
 ``OUT/videos/NAME.mp4``, every frame overlaid. ``OUT/summary.json`` lists every input: its
 outputs, size, inference time and classes, or why it failed, or that it is not done yet.
 
-* **Nothing lost, nothing redone.** Outputs appear complete or not at all (:mod:`.outputs`); then
+* **Nothing lost, nothing redone.** Outputs appear complete or not at all (:mod:`.files`); then
   a line naming the input is appended to this process's journal ``OUT/.progress/RUN-rankR.jsonl``.
   A rerun skips every input a journal line says is written and whose outputs exist (failures are
   retried), so a kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the
