@@ -9,6 +9,7 @@ counts leave element-wise work out; attention runs the real kernels up to
 from collections.abc import Sequence
 
 from ..backbones.stage import build_mixer, stage_arguments, stage_grids
+from ..figures import new_figure
 from ..mixers.catalogue import mixer_catalogue
 from .flops import NORM_OPS, count_mixer_flops
 from .report import markdown_table
@@ -77,9 +78,7 @@ def sweep_markdown(records: list[dict]) -> str:
 
 def plot_sweep(records: list[dict], path: str, channels: int = 64) -> None:
     """Log-log plot of mixer GFLOPs against tokens: analytic lines, counted markers."""
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6.4, 4.4), dpi=100)
-    ax = fig.subplots()
+    fig, ax = new_figure(figsize=(6.4, 4.4))
     for index, label in enumerate(dict.fromkeys(r['mixer'] for r in records)):
         mine = sorted((r for r in records if r['mixer'] == label), key=lambda r: r['tokens'])
         color, style = f'C{index}', ('-', '--', '-.', ':')[index % 4]
@@ -95,5 +94,4 @@ def plot_sweep(records: list[dict], path: str, channels: int = 64) -> None:
                  'lines analytic, circles traced', fontsize=9)
     ax.grid(True, which='both', alpha=0.3)
     ax.legend(fontsize=7, loc='upper left')
-    fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, dpi=100)

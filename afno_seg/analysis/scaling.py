@@ -9,6 +9,7 @@ counts; and a plot of total GFLOPs against parameters (the axes of the AFNO pape
 import sys
 from pathlib import Path
 
+from ..figures import new_figure
 from .report import markdown_table
 
 __all__ = ['PAPER_PARAMS_M', 'SCALING_SETTINGS', 'plot_scaling', 'run_scaling', 'scaling_markdown']
@@ -74,10 +75,9 @@ def _cell(record: dict | None) -> str:
 
 def plot_scaling(records: list[dict], path: str) -> None:
     """Total GFLOPs against params, one line per mixer through B0..B5, a panel per setting."""
-    from matplotlib.figure import Figure
     settings = list(dict.fromkeys(r['setting'] for r in records))
-    figure = Figure(figsize=(6.5 * len(settings), 5))
-    for axis, label in zip(figure.subplots(1, len(settings), squeeze=False)[0], settings):
+    figure, axes = new_figure(1, len(settings), figsize=(6.5 * len(settings), 5), squeeze=False)
+    for axis, label in zip(axes[0], settings):
         for mixer in dict.fromkeys(r['mixer'] for r in records):
             points = [r for r in records if r['setting'] == label and r['mixer'] == mixer]
             points.sort(key=lambda r: SIZES.index(r['size']))
@@ -87,5 +87,4 @@ def plot_scaling(records: list[dict], path: str) -> None:
                  ylabel='total GFLOPs (batch 1)', title=f'SegFormer B0-B5, {label}')
         axis.grid(True, which='both', alpha=0.3)
         axis.legend(fontsize=8)
-    figure.tight_layout()
     figure.savefig(path, dpi=120)

@@ -5,7 +5,6 @@ checkpoint read as data, registered types, device) and after (the checkpoint fit
 a wrong file is refused, not run with random weights; classes and palette).
 """
 import logging
-import os.path as osp
 
 import torch
 from mmengine.config import Config
@@ -15,6 +14,7 @@ from ..engine.checkpoint import load_checkpoint_file
 from ..engine.checkpoint_fit import load_weights
 from ..engine.errors import UserError
 from ..engine.preflight import check_model_types
+from ..engine.runner import load_config
 
 __all__ = ['dataset_meta_for', 'load_segmentor', 'set_inference_mode']
 
@@ -71,7 +71,7 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
     checkpoint with :func:`~afno_seg.engine.checkpoint_fit.load_weights`.
 
     Args:
-        config (str): Config file.
+        config (str): Config file (a path or ``mmseg::...``).
         checkpoint (str): Checkpoint file: mmengine's (as tools/train.py writes) or a published
             ``.pth`` / ``.safetensors`` (tools/publish_model.py).
         device (str): ``'cpu'`` or ``'cuda'`` / ``'cuda:N'``. Default: 'cpu'.
@@ -82,14 +82,10 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
         The ``EncoderDecoder`` in eval mode on ``device``, with ``model.cfg`` and
         ``model.dataset_meta``; a ``SegformerHead`` is built as ``LowResFusionSegformerHead``.
     """
-    if not osp.isfile(config):
-        raise UserError(f'config file not found: {config}')
+    cfg = load_config(config, cfg_options=cfg_options)  # a missing file: one line
     loaded = load_checkpoint_file(checkpoint, map_location='cpu')  # refused before any build
     if device.startswith('cuda') and not torch.cuda.is_available():
         raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
     check_model_types(cfg)
     set_inference_mode(cfg, mode)
     use_low_res_fusion(cfg.model)

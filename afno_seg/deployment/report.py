@@ -26,6 +26,7 @@ import numpy as np
 from mmengine.evaluator import BaseMetric
 from mmseg.registry import METRICS
 
+from ..figures import new_figure
 from .files import read_image, write_png
 
 __all__ = ['SegReportMetric', 'WorstImage', 'class_scores', 'confusion_matrix', 'image_miou',
@@ -90,11 +91,9 @@ def _panels(worst: WorstImage, palette: np.ndarray, ignore_index: int) -> np.nda
 
 
 def _plots(out_dir: str, classes: list[str], matrix: np.ndarray) -> None:
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing global to close
     iou, acc = class_scores(matrix)
     rows = np.arange(len(classes))
-    figure = Figure(figsize=(6, 0.28 * len(classes) + 1.2), layout='tight')
-    axes = figure.subplots()
+    figure, axes = new_figure(figsize=(6, 0.28 * len(classes) + 1.2))
     axes.barh(rows - 0.2, np.nan_to_num(iou) * 100, 0.4, label='IoU')
     axes.barh(rows + 0.2, np.nan_to_num(acc) * 100, 0.4, label='Acc')
     axes.set(yticks=rows, yticklabels=classes, xlim=(0, 100), xlabel='%')
@@ -104,8 +103,7 @@ def _plots(out_dir: str, classes: list[str], matrix: np.ndarray) -> None:
     with np.errstate(invalid='ignore', divide='ignore'):
         normalised = matrix / matrix.sum(1, keepdims=True) * 100
     size = 0.42 * len(classes) + 2
-    figure = Figure(figsize=(size, size * 0.9), layout='tight')
-    axes = figure.subplots()
+    figure, axes = new_figure(figsize=(size, size * 0.9))
     shown = axes.imshow(np.nan_to_num(normalised), cmap='viridis', vmin=0, vmax=100)
     figure.colorbar(shown, ax=axes, fraction=0.046, pad=0.04)
     axes.set(xlabel='Prediction', ylabel='Ground Truth', title='Normalized Confusion Matrix')

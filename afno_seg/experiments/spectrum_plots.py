@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .figures import pyplot, save_figure
+from ..figures import new_figure
 
 __all__ = ['plot_run', 'plot_compare']
 
@@ -31,7 +31,7 @@ def _erf_image(erf: np.ndarray) -> np.ndarray:
 
 def radial_spectra(results: dict, arrays: dict, path: Path, title: str) -> None:
     stages, x = _stages(results), _centres(results)
-    fig, axes = pyplot().subplots(1, len(stages), figsize=(3.4 * len(stages), 3.2), squeeze=False)
+    fig, axes = new_figure(1, len(stages), figsize=(3.4 * len(stages), 3.2), squeeze=False)
     for ax, stage in zip(axes[0], stages):
         for i, entry in enumerate(e for e in results['layers'] if e['stage'] == stage):
             ax.semilogy(x, _array(entry['energy_out']), '-o', ms=2, color=f'C{i}', lw=1.4,
@@ -44,13 +44,13 @@ def radial_spectra(results: dict, arrays: dict, path: Path, title: str) -> None:
     axes[0][0].set_ylabel('power per mode (black dashed: in; colour: out)')
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    save_figure(fig, path)
+    fig.savefig(path, dpi=110)
 
 
 def afno_sparsity(results: dict, arrays: dict, path: Path, title: str) -> None:
     afno = results['afno']
     x = _centres(results)
-    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 3.6))
+    fig, (left, right) = new_figure(1, 2, figsize=(10, 3.6))
     labels = [f"s{e['stage']}.{e['layer']}" for e in afno['layers']]
     left.bar(labels, [100 * e['sparsity'] for e in afno['layers']],
              color=[f"C{e['stage'] - 1}" for e in afno['layers']])
@@ -73,14 +73,14 @@ def afno_sparsity(results: dict, arrays: dict, path: Path, title: str) -> None:
     right.legend(fontsize=6, ncol=2)
     right.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    save_figure(fig, path)
+    fig.savefig(path, dpi=110)
 
 
 def gfn_filter_images(results: dict, arrays: dict, path: Path, title: str) -> None:
     firsts = {}
     for entry in results['gfn']:
         firsts.setdefault(entry['stage'], entry)
-    fig, axes = pyplot().subplots(len(firsts), 5, figsize=(13, 2.4 * len(firsts)), squeeze=False)
+    fig, axes = new_figure(len(firsts), 5, figsize=(13, 2.4 * len(firsts)), squeeze=False)
     for row, (stage, entry) in zip(axes, sorted(firsts.items())):
         stored = arrays[f"gfn_stored_{entry['name']}"]
         resampled = arrays[f"gfn_resampled_{entry['name']}"]
@@ -97,7 +97,7 @@ def gfn_filter_images(results: dict, arrays: dict, path: Path, title: str) -> No
             ax.tick_params(labelsize=6)
         row[0].set_ylabel('f_h (cycles/token)', fontsize=7)
     fig.suptitle(title + ' (first layer of each stage)', fontsize=10)
-    save_figure(fig, path)
+    fig.savefig(path, dpi=110)
 
 
 def erf_panels(axes, arrays: dict, results: dict, label: str) -> None:
@@ -111,9 +111,9 @@ def erf_panels(axes, arrays: dict, results: dict, label: str) -> None:
 
 
 def erf_figure(results: dict, arrays: dict, path: Path, title: str) -> None:
-    fig, axes = pyplot().subplots(1, 2, figsize=(8, 3))
+    fig, axes = new_figure(1, 2, figsize=(8, 3))
     erf_panels(axes, arrays, results, title)
-    save_figure(fig, path)
+    fig.savefig(path, dpi=110)
 
 
 def plot_run(results: dict, arrays: dict, out_dir: Path, title: str) -> list[Path]:
@@ -132,21 +132,20 @@ def plot_run(results: dict, arrays: dict, out_dir: Path, title: str) -> list[Pat
 def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path]:
     """Side by side over runs ``(label, results, arrays)``: ERF heat maps, spectral gain
     (energy out / in per band, mean over each stage's layers) and AFNO sparsity per layer."""
-    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with_erf = [run for run in runs if run[1].get('erf')]
     if with_erf:
-        fig, axes = plt.subplots(2, len(with_erf), figsize=(2.6 * len(with_erf), 4.4),
+        fig, axes = new_figure(2, len(with_erf), figsize=(2.6 * len(with_erf), 4.4),
                                  squeeze=False)
         for column, (label, results, arrays) in enumerate(with_erf):
             erf_panels(axes[:, column], arrays, results, label)
         fig.suptitle('effective receptive field, sqrt(|d out(centre)/d in| / peak); top: stage '
                      '1, bottom: whole backbone', fontsize=9)
         written.append(out_dir / 'erf_compare.png')
-        save_figure(fig, written[-1])
+        fig.savefig(written[-1], dpi=110)
     stages = sorted({s for _, results, _ in runs for s in _stages(results)})
-    fig, axes = plt.subplots(1, len(stages), figsize=(3.4 * len(stages), 3.4), squeeze=False)
+    fig, axes = new_figure(1, len(stages), figsize=(3.4 * len(stages), 3.4), squeeze=False)
     for ax, stage in zip(axes[0], stages):
         for i, (label, results, _) in enumerate(runs):
             layers = [e for e in results['layers'] if e['stage'] == stage]
@@ -164,10 +163,10 @@ def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path
     axes[0][0].set_ylabel('mixer output / input power')
     axes[0][-1].legend(fontsize=6)
     written.append(out_dir / 'spectral_gain_compare.png')
-    save_figure(fig, written[-1])
+    fig.savefig(written[-1], dpi=110)
     with_afno = [run for run in runs if run[1].get('afno')]
     if with_afno:
-        fig, ax = plt.subplots(figsize=(7, 3.6))
+        fig, ax = new_figure(figsize=(7, 3.6))
         for i, (label, results, _) in enumerate(with_afno):
             layers = results['afno']['layers']
             ax.plot(range(len(layers)), [100 * e['sparsity'] for e in layers], '-o', ms=3,
@@ -180,5 +179,5 @@ def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
         written.append(out_dir / 'afno_sparsity_compare.png')
-        save_figure(fig, written[-1])
+        fig.savefig(written[-1], dpi=110)
     return written

@@ -14,8 +14,8 @@ import statistics
 from pathlib import Path
 
 from ..analysis.report import markdown_table
+from ..figures import new_figure
 from . import benchmarking
-from .figures import pyplot, save_figure
 from .study import cost_files, eval_metrics_file
 from .study_plan import Row, Run, cost_config_of
 
@@ -150,7 +150,7 @@ def write_csv(records: list[dict], path: Path) -> None:
 
 def _save(fig, ax, path) -> bool:
     ax.grid(alpha=0.3)
-    save_figure(fig, path, dpi=120)
+    fig.savefig(path, dpi=120)
     return True
 
 
@@ -159,7 +159,7 @@ def _scatter(records, x_key, x_label, path, scale_key, log_x=False) -> bool:
               and r.get(scale_key) == r.get(scale_key)]
     if not points:
         return False
-    fig, ax = pyplot().subplots(figsize=(6.4, 4.4))
+    fig, ax = new_figure(figsize=(6.4, 4.4))
     for r in points:
         ax.errorbar(r[x_key], r[scale_key], yerr=r.get(scale_key + '_std', 0) or 0, fmt='o',
                     capsize=3)
@@ -176,7 +176,7 @@ def _transfer_plot(records, options, path) -> bool:
     scales = sorted(options.eval_scales)
     if len(scales) < 2:
         return False
-    fig, ax = pyplot().subplots(figsize=(6.4, 4.4))
+    fig, ax = new_figure(figsize=(6.4, 4.4))
     for r in records:
         values = [r.get(f'miou_{s:g}x', math.nan) for s in scales]
         errors = [r.get(f'miou_{s:g}x_std', 0) or 0 for s in scales]
@@ -197,7 +197,7 @@ def _sweep_plot(records, options, path) -> bool:
     key = f'miou_{options.eval_scales[0]:g}x'
     lambdas = [r['afno_lambda'] for r in points]
     positions = range(len(points))  # lambda = 0 has no place on a log axis: evenly spaced
-    fig, ax = pyplot().subplots(figsize=(6.4, 4.4))
+    fig, ax = new_figure(figsize=(6.4, 4.4))
     ax.errorbar(positions, [r[key] for r in points], yerr=[r[key + '_std'] or 0 for r in points],
                 marker='o', capsize=3, color='C0', label='mIoU')
     ax.set_xticks(list(positions), [f'{v:g}' for v in lambdas])

@@ -52,7 +52,6 @@ from afno_seg.experiments.benchmarking import (
     prepare_run,
     write_csv,
 )
-from afno_seg.experiments.figures import pyplot, save_figure
 from afno_seg.experiments.mixer_benchmark import (
     B3_STAGES,
     FIELDS,
@@ -65,6 +64,7 @@ from afno_seg.experiments.mixer_benchmark import (
     rows_by_point,
     run_sweep,
 )
+from afno_seg.figures import new_figure
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -195,14 +195,14 @@ def write_markdown(path, rows, ratios, exponents, args, started, load_before, lo
 
 
 def write_plot(path_prefix, rows, args) -> list[str]:
-    plt = pyplot()
+    from matplotlib import colormaps
     written = []
     names = args.names
     for dtype in args.dtypes:
         stages = args.stage_list
         panels = ['fwd+bwd ms'] + ([] if args.no_memory else ['peak MB'])  # no memory: no zeros
-        fig, axes = plt.subplots(len(panels), len(stages), squeeze=False,
-                                 figsize=(4 * len(stages), 3.25 * len(panels)))
+        fig, axes = new_figure(len(panels), len(stages), squeeze=False,
+                               figsize=(4 * len(stages), 3.25 * len(panels)))
         for column, stage in enumerate(stages):
             for name in names:
                 points = sorted((r['tokens'], r['median_ms'], r['peak_mb']) for r in rows
@@ -212,7 +212,7 @@ def write_plot(path_prefix, rows, args) -> list[str]:
                     continue
                 tokens, ms, mb = zip(*points)
                 style = dict(linestyle='--' if name in REFERENCE_NAMES else '-', marker='o', ms=3,
-                             color=plt.get_cmap('tab20')(names.index(name) % 20), label=name)
+                             color=colormaps['tab20'](names.index(name) % 20), label=name)
                 for axis, values in zip(axes[:, column], (ms, mb)):
                     axis.plot(tokens, values, **style)
             axes[0][column].set_title(f'stage {stage.index}: C={stage.channels}', fontsize=9)
@@ -228,7 +228,7 @@ def write_plot(path_prefix, rows, args) -> list[str]:
         axes[0][0].legend(fontsize=7, ncol=2)
         fig.suptitle(f'Token mixers, {args.device} {dtype}, batch {args.batch}', fontsize=10)
         written.append(f'{path_prefix}_{dtype}.png')
-        save_figure(fig, written[-1], dpi=60)
+        fig.savefig(written[-1], dpi=60)
     return written
 
 
