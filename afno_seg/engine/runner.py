@@ -67,7 +67,7 @@ def write_switched_config(config: str, spec: str | None, out_dir: str,
     if spec is None:
         return resolve_config_path(config)
     cfg = load_config(config, cfg_options=cfg_options, mixer=spec, pretrained=False)
-    path = Path(out_dir) / f'{Path(resolve_config_path(config)).stem}_{spec_slug(spec)}.py'
+    path = Path(out_dir) / f'{Path(cfg.filename).stem}_{spec_slug(spec)}.py'
     path.parent.mkdir(parents=True, exist_ok=True)
     cfg.dump(str(path))
     return str(path)
