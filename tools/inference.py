@@ -13,10 +13,12 @@ file compiled by OpenVINO for the CPU) the network runs from the ONNX file of
 tools/deployment/pytorch2onnx.py and the config's pre/post-processing stays the same.
 ``--mixer SPEC`` as in tools/train.py; the derived config is written to DIR.
 
-A bad input (undecodable, or refused by the model) is skipped with one line naming it and listed
-in summary.json; the run goes on and exits with status 1 naming the count (``--strict``: stop at
-the first). Rerunning the same command skips every input whose outputs are complete, so a killed
-run loses only the images in flight. ``--workers`` processes decode, equal-sized images go
+A bad input (undecodable, over ``--max-pixels``, refused by the model, outputs that cannot be
+written) is skipped with one line naming it and listed in summary.json; the run goes on and exits
+with status 1 naming the count (``--strict``: stop at the first). Rerunning the same command
+(same checkpoint, config, format) skips every input whose outputs are complete, so a killed run
+loses only the images in flight. Output names keep each input's path below its folder or
+pattern; DIR may not be an input folder nor inside one. ``--workers`` processes decode, equal-sized images go
 through in batches of ``--batch-size``, writing overlaps the next forward pass. ``--launcher
 pytorch`` (tools/dist_inference.sh): each rank takes every PROCESSES-th input, rank 0 writes the
 summary and names what a dead rank left undone. ``--labels DIR``: ground-truth train-id PNGs
@@ -24,6 +26,7 @@ summary and names what a dead rank left undone. ``--labels DIR``: ground-truth t
 give an evaluation report, ``OUT_DIR/report/report.html`` (or ``--report DIR``).
 """
 import argparse
+import hashlib
 import os
 import sys
 import tempfile
@@ -41,10 +44,16 @@ from afno_seg.deployment import (
     use_onnxruntime,
 )
 from afno_seg.deployment.report import report_on_files
+from afno_seg.deployment.files import check_out_dir
 from afno_seg.deployment.segment_files import PROGRESS_DIR, Shard
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool, write_switched_config
-from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, trusted_checkpoints
+from afno_seg.engine.checkpoint import (
+    TRUST_FLAG,
+    TRUST_HELP,
+    local_checkpoint_file,
+    trusted_checkpoints,
+)
 
 
 def parse_args(argv=None):
@@ -76,6 +85,9 @@ def parse_args(argv=None):
                         help='label of input NAME: NAME with its ending OLD replaced by NEW, .png')
     parser.add_argument('--report', metavar='DIR', help='report folder (default: OUT_DIR/report)')
     parser.add_argument('--worst', type=int, default=8, help='worst images in the report')
+    parser.add_argument('--max-pixels', type=int, metavar='N',
+                        help='largest image (or video frame) in pixels; a larger one fails, named '
+                        '(default: a quarter of the memory over what a pixel costs; 0: no cap)')
     parser.add_argument('--no-progress', action='store_true', help='no progress bar')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
@@ -130,6 +142,30 @@ def join_launcher(args) -> Shard:
     return shard
 
 
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_settings(args, model) -> dict:
+    """What decides the outputs besides format and opacity: a rerun with other settings redoes
+    the inputs instead of trusting the journal (an edited config, another checkpoint...)."""
+    return dict(checkpoint=sha256_of(local_checkpoint_file(args.checkpoint)),
+                config=hashlib.sha256(model.cfg.pretty_text.encode()).hexdigest(),
+                backend=args.backend, onnx=sha256_of(args.onnx) if args.onnx else None)
+
+
+def written_kinds(summary: dict) -> str:
+    """``summary.json, labels/, overlays/`` and ``videos/`` only where something is there."""
+    done = [e for e in summary['inputs'] if e['status'] == 'ok']
+    kinds = ['labels/', 'overlays/'] if any('label' in e for e in done) else []
+    return ', '.join(['summary.json', *kinds] + (['videos/'] if any(
+        'video' in e for e in done) else []))
+
+
 def outcome(summary: dict, out_dir: str) -> str | None:
     """The closing line's problem part: failures, inputs not done (by rank); None if all done."""
     problems = []
@@ -151,8 +187,10 @@ def outcome(summary: dict, out_dir: str) -> str | None:
 def main(argv=None) -> None:
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     args = parse_args(argv)
-    if not 0.0 <= args.opacity <= 1.0 or args.batch_size < 1 or args.workers < 0:
-        raise UserError('--opacity must be in [0, 1], --batch-size >= 1 and --workers >= 0')
+    if not 0.0 <= args.opacity <= 1.0 or args.batch_size < 1 or args.workers < 0 or (
+            args.max_pixels or 0) < 0:
+        raise UserError('--opacity must be in [0, 1], --batch-size >= 1, --workers >= 0 and '
+                        '--max-pixels >= 0')
     if (args.backend != 'pytorch') != bool(args.onnx):
         raise UserError('--backend onnxruntime or openvino and --onnx FILE go together')
     if args.backend == 'openvino' and args.device != 'cpu':
@@ -161,6 +199,7 @@ def main(argv=None) -> None:
         raise UserError('--labels compares train ids: leave --format at trainids')
     files = collect_inputs(args.inputs)  # bad inputs fail before the model is built
     labels = label_files(args, files) if args.labels else None
+    check_out_dir(args.out_dir, args.inputs, files)
     check_writable(args.out_dir)
     shard = join_launcher(args)
     session = None
@@ -177,12 +216,12 @@ def main(argv=None) -> None:
                 onnx=args.onnx, device=args.device, mode=model.test_cfg.get('mode', 'whole'))
     summary = segment_files(Segmenter(model), files, args.out_dir, args.format, args.opacity,
                             args.batch_size, meta, not args.no_progress and not shard.rank,
-                            args.workers, args.strict, shard)
+                            args.workers, args.strict, shard, run_settings(args, model),
+                            args.max_pixels)
     if summary is None:  # another rank than 0: rank 0 reports
         return
     print(f'{summary["num_done"]} of {summary["num_inputs"]} inputs segmented into '
-          f'{args.out_dir} ({summary["num_resumed"]} by an earlier run; summary.json, labels/, '
-          'overlays/, videos/)')
+          f'{args.out_dir} ({summary["num_resumed"]} by an earlier run; {written_kinds(summary)})')
     if labels:
         done = [e for e in summary['inputs'] if e['status'] == 'ok' and 'label' in e]
         path = report_on_files(args.report or os.path.join(args.out_dir, 'report'),

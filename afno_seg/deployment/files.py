@@ -17,21 +17,23 @@ through :func:`~afno_seg.engine.atomic_io.atomic_write`, a video under a hidden 
 its last frame is written.
 """
 import glob
+import itertools
 import os
 import os.path as osp
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
 from mmcv import VideoReader
 
 from ..datasets.transforms import file_problem
-from ..engine.atomic_io import atomic_write
+from ..engine.atomic_io import atomic_write, temp_name
 from ..engine.errors import UserError
 
 __all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'VideoOverlayWriter', 'collect_inputs',
-           'open_video', 'overlay', 'read_image', 'to_label_ids', 'write_png']
+           'check_out_dir', 'input_roots', 'open_video', 'overlay', 'read_image', 'to_label_ids', 'write_png']
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 VIDEO_SUFFIXES = ('.mp4', '.avi')
@@ -52,17 +54,29 @@ def _kind(path: str) -> str | None:
     return 'image' if suffix in IMAGE_SUFFIXES else 'video' if suffix in VIDEO_SUFFIXES else None
 
 
+def _glob_root(pattern: str) -> str:
+    """The folder part of ``pattern`` before its first wildcard (``photos`` of
+    ``photos/**/*.jpg``); names are relative to it, so the folder tree below is kept."""
+    parts = pattern.split(os.sep)
+    fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts[:-1]))
+    return os.sep.join(fixed) or ('/' if pattern.startswith('/') else '.')
+
+
 def _files_of(spec: str) -> Iterator[tuple[str, str]]:
     """``(path, root)`` of every file one INPUT argument stands for (root: what names are relative
-    to)."""
+    to). Symlinked folders are not descended (a link loop cannot repeat files)."""
     if osp.isdir(spec):
         for folder, _, names in sorted(os.walk(spec)):
             for name in sorted(names):
                 yield osp.join(folder, name), spec
     elif glob.has_magic(spec):
-        for path in sorted(glob.glob(spec, recursive=True)):
-            if osp.isfile(path):
-                yield path, osp.dirname(path)
+        root = _glob_root(spec)
+        # pathlib's ``**`` does not follow symlinked folders, glob.glob's does (loops repeat);
+        # hidden files and folders are left out, as glob.glob leaves them
+        for path in sorted(map(str, Path(root).glob(osp.relpath(spec, root)))):
+            if osp.isfile(path) and not any(
+                    part.startswith('.') for part in osp.relpath(path, root).split(os.sep)):
+                yield path, root
     elif osp.isfile(spec):
         yield spec, osp.dirname(spec)
     else:
@@ -70,17 +84,41 @@ def _files_of(spec: str) -> Iterator[tuple[str, str]]:
                         f'videos {"/".join(VIDEO_SUFFIXES)})')
 
 
+def input_roots(specs: Sequence[str]) -> list[str]:
+    """The folders INPUT arguments search (a folder, a pattern's fixed part), for the check that
+    the output folder is none of them nor inside one."""
+    return [spec if osp.isdir(spec) else _glob_root(spec) for spec in specs
+            if osp.isdir(spec) or glob.has_magic(spec)]
+
+
+def check_out_dir(out_dir: str, specs: Sequence[str], files: Sequence[InputFile]) -> None:
+    """Refuse an output folder that is an input folder or inside one (its outputs would be read
+    as inputs by the next run, inputs could be overwritten), or that holds an input."""
+    out = osp.realpath(out_dir)
+    for root in input_roots(specs):
+        real = osp.realpath(root)
+        if out == real or out.startswith(real.rstrip(os.sep) + os.sep):
+            raise UserError(f'--out-dir {out_dir} is inside the input folder {root}: the next run '
+                            'would read its outputs as inputs; choose a folder outside it')
+    inside = next((f.path for f in files if osp.realpath(f.path).startswith(out + os.sep)), None)
+    if inside:
+        raise UserError(f'input {inside} is inside --out-dir {out_dir}: outputs could overwrite '
+                        'it; choose another --out-dir')
+
+
 def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
-    """Expand INPUT arguments into files, in order, each once.
+    """Expand INPUT arguments into files, in order, each once (by real path).
 
     Args:
         specs (Sequence[str]): Image or video files, folders (searched recursively for files with
             an image or video suffix) and glob patterns (``**`` recursive).
 
     Returns:
-        list[InputFile]: At least one; names are unique (a clash gets its folder prepended).
+        list[InputFile]: At least one. A name is the file's path below its folder or pattern's
+        fixed part (a file alone: its base name), so it does not depend on the other inputs and
+        stays the same from run to run; two inputs of one name are refused.
     """
-    found, names = {}, set()  # found: {absolute path: InputFile}
+    found, names = {}, {}  # found: {real path: InputFile}; names: {name: path}
     for spec in specs:
         matched = 0
         for path, root in _files_of(spec):
@@ -90,13 +128,16 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
                     raise UserError(f'{path}: not an {_KINDS} by its suffix')
                 continue
             matched += 1
-            if osp.abspath(path) in found:
+            real = osp.realpath(path)
+            if real in found:
                 continue
             name = osp.splitext(osp.relpath(path, root) if root else osp.basename(path))[0]
-            while name in names:
-                name = osp.join(osp.basename(osp.dirname(osp.abspath(path))) or '_', name)
-            names.add(name)
-            found[osp.abspath(path)] = InputFile(path, name, kind == 'video')
+            if name in names:
+                raise UserError(
+                    f'{names[name]} and {path} would both be written as {name}: pass the folder '
+                    'above them (or a pattern from it), so each keeps its path below it')
+            names[name] = path
+            found[real] = InputFile(path, name, kind == 'video')
         if not matched:
             raise UserError(f'{spec}: no {_KINDS} in it')
     return list(found.values())
@@ -154,9 +195,8 @@ class VideoOverlayWriter:
 
     def __init__(self, path: str, fps: float) -> None:
         self.path, self.fps, self.writer, self.frames = path, fps, None, 0
-        folder, name = osp.split(osp.abspath(path))  # the suffix stays: it picks the container
-        self.partial = osp.join(folder, f'.{osp.splitext(name)[0]}.{os.getpid()}.partial'
-                                f'{osp.splitext(name)[1]}')
+        # the suffix stays: it picks the container; a killed run's file is cleared as any temp
+        self.partial = temp_name(path, osp.splitext(path)[1])
 
     def write(self, frame: np.ndarray) -> None:
         if self.writer is None:

@@ -6,13 +6,18 @@ For an image ``NAME.png`` (``NAME``: its path below the folder or pattern it was
 outputs, size, inference time and classes, or why it failed, or that it is not done yet.
 
 * **Nothing lost, nothing redone.** Outputs appear complete or not at all (:mod:`.files`); then
-  a line naming the input is appended to this process's journal ``OUT/.progress/RUN-rankR.jsonl``.
-  A rerun skips every input a journal line says is written and whose outputs exist (failures are
-  retried), so a kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the
-  images already predicted are written, the rest is left for the rerun.
-* **One bad file is one failure.** An input that cannot be decoded, or that the model refuses
-  (a :class:`UserError`, e.g. a static ONNX shape), is journaled and named on stderr, and the run
-  goes on (``strict``: it stops there).
+  a line naming the input (and its real path) is appended to this process's journal
+  ``OUT/.progress/RUN-rankR.jsonl``, whose first line holds the run's ``settings`` key (a digest
+  of what decides the outputs: checkpoint and config digests, label format, opacity, backend).
+  A rerun with the same settings skips every input a journal line says is written and whose
+  outputs exist (failures are retried); journals of other settings are not trusted, their inputs
+  are redone. A kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the
+  images already predicted are written, the rest is left for the rerun. A damaged journal line
+  is named on stderr and skipped.
+* **One bad file is one failure.** An input that cannot be decoded, larger than ``max_pixels``,
+  that the model refuses (a :class:`UserError`, e.g. a static ONNX shape), whose outputs cannot be
+  written, or a video that fails midway (no file is left under its name) is journaled and named
+  on stderr, and the run goes on (``strict``: it stops there).
 * **The model never waits.** Decoding and the test pipeline run in DataLoader workers; images
   whose prepared tensors have one size are batched (the labels are those of batch 1); PNGs are
   written in a thread while the next batch is in the model.
@@ -25,6 +30,7 @@ outputs, size, inference time and classes, or why it failed, or that it is not d
 """
 import functools
 import glob
+import hashlib
 import itertools
 import json
 import os
@@ -44,7 +50,7 @@ from mmcv import VideoReader
 from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader
 
-from ..engine.atomic_io import atomic_write, remove_stale_temp_files
+from ..engine.atomic_io import SaveError, atomic_write, remove_stale_temp_files
 from ..engine.distributed import process_running
 from ..engine.errors import UserError
 from ..engine.preemption import StopSignals
@@ -59,9 +65,10 @@ from .files import (
 )
 from .predictor import Segmenter
 
-__all__ = ['PROGRESS_DIR', 'Shard', 'segment_files']
+__all__ = ['PROGRESS_DIR', 'Shard', 'default_max_pixels', 'segment_files', 'settings_key']
 
 PROGRESS_DIR = '.progress'
+OUTPUT_KEYS = ('label', 'overlay', 'video')
 STOP_GRACE_S = 10.0  # rank 0, stopped: how long it waits for ranks neither ended nor seen dead
 
 
@@ -79,10 +86,34 @@ def _reason(error: BaseException, path: str) -> str:
     return text[len(path) + 2:] if text.startswith(path + ': ') else text
 
 
-def _decode(prepare, item: InputFile) -> tuple:
+def default_max_pixels(num_classes: int) -> int:
+    """The pixel cap of one image: a quarter of this machine's memory over what a pixel costs
+    (the logits resized to the image, float32, the overlay in float32, the image itself)."""
+    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    return int(memory // 4 // (4 * num_classes + 4 * 3 + 8))
+
+
+def settings_key(settings: dict) -> str:
+    """16 hex digits naming what decides a run's outputs (a journal is trusted only by runs of
+    the same key)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _too_large(height: int, width: int, max_pixels: int) -> str | None:
+    if max_pixels and height * width > max_pixels:
+        return (f'{width}x{height} ({height * width:,} pixels) is over the cap of '
+                f'{max_pixels:,} pixels an image (--max-pixels): downscale it, or raise the cap '
+                'if this machine has the memory')
+    return None
+
+
+def _decode(prepare, max_pixels: int, item: InputFile) -> tuple:
     """``(item, BGR image, pipeline output, failure reason)`` of an image, made in a worker."""
     try:
         image = read_image(item.path)
+        reason = _too_large(*image.shape[:2], max_pixels)
+        if reason:
+            return item, None, None, reason
         return item, image, prepare(image), None
     except Exception as error:  # any bad file is a failure of its own, named
         return item, None, None, _reason(error, item.path)
@@ -95,43 +126,72 @@ def _leave_stop_signals_to_the_parent(_) -> None:
         signal.signal(number, signal.SIG_IGN)
 
 
-def completed_inputs(out_dir: str, run_id: str = '') -> dict[str, dict]:
-    """``{absolute input path: entry}`` of every journal under ``out_dir``, the latest line of
-    each input winning; a line cut by a kill is ignored; ``ok`` entries whose outputs are gone are
-    dropped; ``ok`` entries from another run's journal than ``run_id``'s get ``resumed=True``."""
+def _journal_entries(journal: str) -> tuple[dict | None, list[dict]]:
+    """``(header, entries)`` of one journal; a damaged line (not UTF-8, not JSON, not an entry)
+    is named on stderr and skipped; a last line cut by a kill is skipped silently."""
+    with open(journal, 'rb') as file:
+        lines = file.read().split(b'\n')
+    header, entries, damaged = None, [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line.decode('utf-8'))
+            valid = isinstance(entry, dict) and (('input' not in entry and number == 1) or (
+                isinstance(entry.get('input'), str) and entry.get('status') in ('ok', 'failed')
+                and all(isinstance(entry.get(key, ''), str) for key in (*OUTPUT_KEYS, 'real'))))
+        except ValueError:  # UnicodeDecodeError included
+            valid = False
+        if not valid:
+            if number < len(lines):  # the final line without its newline: a cut write
+                damaged.append(number)
+        elif 'input' in entry:
+            entries.append(entry)
+        else:
+            header = entry
+    if damaged:
+        print(f'{journal}: {len(damaged)} damaged line(s) skipped (first: line {damaged[0]}); '
+              'their inputs are redone', file=sys.stderr, flush=True)
+    return header, entries
+
+
+def completed_inputs(out_dir: str, run_id: str = '', settings: str = '') -> dict[str, dict]:
+    """``{real input path: entry}`` of every journal under ``out_dir`` written with ``settings``
+    (:func:`settings_key`), the latest line of each input winning; ``ok`` entries whose outputs
+    are gone are dropped; ``ok`` entries from another run's journal than ``run_id``'s get
+    ``resumed=True``."""
     entries = {}
     for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
         earlier = not osp.basename(journal).startswith(f'{run_id}-rank')
-        with open(journal) as file:
-            for line in file:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if 'input' in entry:  # the first line names the process instead
-                    if earlier and entry['status'] == 'ok':
-                        entry['resumed'] = True
-                    entries[osp.abspath(entry['input'])] = entry
+        header, lines = _journal_entries(journal)
+        if (header or {}).get('settings') != settings:
+            continue  # another checkpoint, config, format...: its outputs are not this run's
+        for entry in lines:
+            if earlier and entry['status'] == 'ok':
+                entry['resumed'] = True
+            entries[entry.get('real') or osp.realpath(entry['input'])] = entry
     return {path: entry for path, entry in entries.items() if entry['status'] != 'ok' or all(
-        osp.isfile(entry[key]) for key in ('label', 'overlay', 'video') if key in entry)}
+        osp.isfile(entry[key]) for key in OUTPUT_KEYS if key in entry)}
 
 
 class _Run:
     """One process's share: the journal, the writer thread, failures, the progress bar."""
 
     def __init__(self, segmenter, out_dir, shard, label_format, opacity, strict, steps, progress,
-                 stops: StopSignals):
+                 stops: StopSignals, settings: str, max_pixels: int):
         meta = segmenter.model.dataset_meta
         self.classes, self.palette = list(meta['classes']), np.asarray(meta['palette'])
         self.segmenter, self.out_dir, self.strict, self.stops = segmenter, out_dir, strict, stops
-        self.label_format, self.opacity = label_format, opacity
+        self.label_format, self.opacity, self.max_pixels = label_format, opacity, max_pixels
         os.makedirs(osp.join(out_dir, PROGRESS_DIR), exist_ok=True)
-        for folder in ('labels', 'overlays'):  # what a killed run was writing
-            remove_stale_temp_files(osp.join(out_dir, folder))
+        for kind in ('labels', 'overlays', 'videos'):  # what a killed run of this host was writing
+            for folder, _, _ in os.walk(osp.join(out_dir, kind)):
+                remove_stale_temp_files(folder)
         self.journal = open(osp.join(out_dir, PROGRESS_DIR,
                                      f'{shard.run_id}-rank{shard.rank}.jsonl'), 'a')
         self.lock, self.pending = threading.Lock(), deque()
-        self.record(dict(rank=shard.rank, host=socket.gethostname(), pid=os.getpid()))
+        self.record(dict(rank=shard.rank, host=socket.gethostname(), pid=os.getpid(),
+                         settings=settings))
         self.pool = ThreadPoolExecutor(1, thread_name_prefix='afno_seg_writer')
         self.bar = ProgressBar(steps) if progress and steps else None
 
@@ -146,7 +206,8 @@ class _Run:
             self.journal.flush()
 
     def fail(self, item: InputFile, reason: str) -> None:
-        self.record(dict(input=item.path, status='failed', error=reason))
+        self.record(dict(input=item.path, real=osp.realpath(item.path), status='failed',
+                         error=reason))
         message = f'{item.path}: {reason}'
         if self.strict:
             raise UserError(message + ' (without --strict, bad inputs are skipped and listed)')
@@ -188,19 +249,25 @@ class _Run:
 
     def write_image(self, item: InputFile, image: np.ndarray, prediction) -> None:
         label, stem = prediction.label, item.name + '.png'
-        written = dict(
-            label=write_png(osp.join(self.out_dir, 'labels', stem), to_label_ids(label)
-                            if self.label_format == 'cityscapes' else label),
-            overlay=write_png(osp.join(self.out_dir, 'overlays', stem),
-                              overlay(image, label, self.palette, self.opacity)))
-        self.record(dict(input=item.path, status='ok', height=int(image.shape[0]),
-                         width=int(image.shape[1]), seconds=round(prediction.seconds, 4),
+        try:
+            written = dict(
+                label=write_png(osp.join(self.out_dir, 'labels', stem), to_label_ids(label)
+                                if self.label_format == 'cityscapes' else label),
+                overlay=write_png(osp.join(self.out_dir, 'overlays', stem),
+                                  overlay(image, label, self.palette, self.opacity)))
+        except (OSError, UserError) as error:  # a name too long, a full disk: this file's failure
+            cause = error.__cause__ if isinstance(error, SaveError) else error
+            return self.fail(item, f'cannot write its outputs: {_reason(cause, item.path)}')
+        self.record(dict(input=item.path, real=osp.realpath(item.path), status='ok',
+                         height=int(image.shape[0]), width=int(image.shape[1]),
+                         seconds=round(prediction.seconds, 4),
                          classes=self.class_names(np.unique(label).tolist()), **written))
 
     def images(self, items: Sequence[InputFile], batch_size: int, workers: int) -> None:
         # batch_size=None: the workers apply collate_fn to each item alone
         loader = DataLoader(items, batch_size=None, num_workers=workers if items else 0,
-                            collate_fn=functools.partial(_decode, self.segmenter.prepare),
+                            collate_fn=functools.partial(_decode, self.segmenter.prepare,
+                                                         self.max_pixels),
                             worker_init_fn=_leave_stop_signals_to_the_parent)
         buckets: dict[tuple, list] = {}
         for item, image, prepared, reason in loader:
@@ -223,9 +290,12 @@ class _Run:
         except UserError as error:
             return self.fail(item, _reason(error, item.path))
         fps, frames = video.fps or 25.0, (frame for frame in video)  # islice(video) would rewind
+        reason = _too_large(video.height, video.width, self.max_pixels)
+        if reason:
+            return self.fail(item, reason)
         writer = VideoOverlayWriter(osp.join(self.out_dir, 'videos', item.name + osp.splitext(
             item.path)[1].lower()), fps)
-        seen, seconds, shape, start = set(), 0.0, (0, 0), time.perf_counter()
+        seen, seconds, shape, start, complete = set(), 0.0, (0, 0), time.perf_counter(), False
         try:
             while not self.stopped_by and (chunk := list(itertools.islice(frames, batch_size))):
                 for image, prediction in zip(chunk, self.segmenter(chunk)):
@@ -234,11 +304,15 @@ class _Run:
                     seconds, shape = seconds + prediction.seconds, image.shape
                     if self.bar:
                         self.bar.update()
+            complete = not self.stopped_by
+        except Exception as error:  # noqa: BLE001  one bad video is one failure, named
+            return self.fail(item, f'failed at frame {writer.frames}: {_reason(error, item.path)}')
         finally:
-            writer.close(complete=not self.stopped_by)
+            writer.close(complete=complete)  # the final name only for a whole video
         if self.stopped_by:
             return
-        self.record(dict(input=item.path, status='ok', video=writer.path, frames=writer.frames,
+        self.record(dict(input=item.path, real=osp.realpath(item.path), status='ok',
+                         video=writer.path, frames=writer.frames,
                          fps=fps, height=int(shape[0]), width=int(shape[1]),
                          seconds=round(seconds / max(writer.frames, 1), 4),
                          total_seconds=round(time.perf_counter() - start, 2),
@@ -273,7 +347,8 @@ def _died(journal: str) -> bool:
 def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str,
                   label_format: str = 'trainids', opacity: float = 0.5, batch_size: int = 1,
                   meta: dict | None = None, progress: bool = True, workers: int = 0,
-                  strict: bool = False, shard: Shard | None = None) -> dict | None:
+                  strict: bool = False, shard: Shard | None = None, settings: dict | None = None,
+                  max_pixels: int | None = None) -> dict | None:
     """Segment this process's share of ``files`` not done yet; rank 0 writes ``summary.json``.
 
     Args:
@@ -288,22 +363,31 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
         workers (int): DataLoader processes decoding images (0: this one). Default: 0.
         strict (bool): Stop at the first bad input (a :class:`UserError`). Default: False.
         shard (Shard, optional): This process's rank in a sharded run. Default: one process.
+        settings (dict, optional): What decides the outputs besides ``label_format`` and
+            ``opacity`` (checkpoint and config digests, backend); a rerun trusts only journals of
+            equal settings. Default: None.
+        max_pixels (int, optional): Cap on an image's (a video frame's) pixels; larger inputs
+            fail, named. None: :func:`default_max_pixels`; 0: no cap. Default: None.
 
     Returns:
         dict | None: Rank 0: the summary written to ``out_dir/summary.json`` (``num_failed``,
         ``num_not_done``, ``stopped_by``: a signal's name or None); other ranks: None.
     """
     shard = shard or Shard()
-    earlier = completed_inputs(out_dir)
+    key = settings_key(dict(settings or {}, label_format=label_format, opacity=opacity))
+    if max_pixels is None:
+        max_pixels = default_max_pixels(len(segmenter.model.dataset_meta['classes']))
+    earlier = completed_inputs(out_dir, settings=key)
     todo = [item for item in files[shard.rank::shard.world_size]
-            if earlier.get(osp.abspath(item.path), {}).get('status') != 'ok']
+            if earlier.get(osp.realpath(item.path), {}).get('status') != 'ok']
     images = [item for item in todo if not item.is_video]
     videos = [item for item in todo if item.is_video]
     steps = len(images) + sum(max(VideoReader(item.path).frame_cnt, 0) for item in videos
                               if osp.isfile(item.path))  # a bad video: 0, failed later
     # The first SIGTERM/SIGINT is recorded (the run stops in order), a later one exits at once.
     with StopSignals(('SIGTERM', 'SIGINT')) as stops:
-        run = _Run(segmenter, out_dir, shard, label_format, opacity, strict, steps, progress, stops)
+        run = _Run(segmenter, out_dir, shard, label_format, opacity, strict, steps, progress, stops,
+                   key, max_pixels)
         try:
             run.images(images, batch_size, workers)
             for item in videos:
@@ -320,8 +404,8 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
                                 'command to finish what it left')
             return None
         dead = _wait_for_ranks(prefix, shard.world_size, stops)
-    done = completed_inputs(out_dir, shard.run_id)
-    entries = [done.get(osp.abspath(item.path)) or dict(
+    done = completed_inputs(out_dir, shard.run_id, key)
+    entries = [done.get(osp.realpath(item.path)) or dict(
         input=item.path, status='not done', rank=index % shard.world_size)
         for index, item in enumerate(files)]
     count = Counter(entry['status'] for entry in entries)

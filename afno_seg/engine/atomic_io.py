@@ -4,15 +4,18 @@ mmengine 0.10.7 saves a checkpoint with ``get_file_backend(path).put(bytes, path
 path an ``open(path, 'wb')`` + ``write``: a job killed during it, or a full disk, leaves a
 truncated ``iter_N.pth`` under the final name. :class:`AtomicLocalBackend` replaces mmengine's
 local backend (``register_backend(..., force=True)`` on import of :mod:`afno_seg`); its writes
-go to a hidden temporary file in the same folder, are ``fsync``-ed, ``os.replace``-d onto the
+go to a hidden temporary file in the same folder (:func:`temp_name`: it names the host and the
+process), are ``fsync``-ed, ``os.replace``-d onto the
 name (atomic on POSIX) and the folder is ``fsync``-ed. An ``OSError`` on the way removes the
 temporary file, leaves the previous file intact and raises :class:`SaveError` naming the path,
 the size and the cause. A SIGKILL can leave only a temporary file, which
 :func:`remove_stale_temp_files` clears.
 """
+import hashlib
 import os
 import os.path as osp
 import re
+import socket
 from contextlib import suppress
 from pathlib import Path
 
@@ -23,9 +26,24 @@ from .distributed import process_running
 from .errors import UserError
 
 __all__ = ['AtomicLocalBackend', 'SaveError', 'atomic_write', 'format_size',
-           'remove_stale_temp_files']
+           'remove_stale_temp_files', 'temp_name']
 
-_TEMP_NAME = re.compile(r'^\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$')
+# (names without a host tag: written before it existed, judged on this host)
+_TEMP_NAME = re.compile(
+    r'^\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}(\.(?P<host>h[0-9a-f]{6}))?\.tmp(\.\w+)?$')
+
+
+def _host_tag() -> str:
+    # a PID means something on its own host only: ranks on other hosts share output folders
+    return 'h' + hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+
+
+def temp_name(path: str | Path, suffix: str = '') -> str:
+    """A hidden temporary name beside ``path`` that no other writer uses:
+    ``.<name>.<pid>.<8 random hex>.<host tag>.tmp<suffix>`` (``suffix``: e.g. a video's
+    container suffix, which the writer picks its format by)."""
+    folder, name = osp.split(osp.abspath(os.fspath(path)))
+    return osp.join(folder, f'.{name}.{os.getpid()}.{os.urandom(4).hex()}.{_host_tag()}.tmp{suffix}')
 
 
 class SaveError(UserError):
@@ -68,7 +86,7 @@ def atomic_write(data: bytes | str, path: str | Path, encoding: str = 'utf-8') -
     temp = None
     try:
         os.makedirs(folder, exist_ok=True)
-        temp = osp.join(folder, f'.{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp')
+        temp = temp_name(path)
         # O_EXCL: never reuse someone else's file; 0o666 & ~umask, the mode open() would give.
         descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(descriptor, 'wb') as file:
@@ -96,14 +114,14 @@ def atomic_write(data: bytes | str, path: str | Path, encoding: str = 'utf-8') -
 def remove_stale_temp_files(folder: str | Path) -> list[str]:
     """Delete temporary files that a killed :func:`atomic_write` left in ``folder``.
 
-    Only names of the form ``.<name>.<pid>.<8 hex>.tmp`` whose ``pid`` is no running process are
-    touched (another live writer, e.g. a rank sharing the folder, keeps its file). Returns the
-    removed paths.
+    Only names of :func:`temp_name`'s form written on this host whose ``pid`` is no running
+    process are touched (another live writer keeps its file: a rank sharing the folder, on this
+    host or another). Returns the removed paths.
     """
-    removed = []
+    removed, host = [], _host_tag()
     for name in os.listdir(folder) if osp.isdir(folder) else ():
         match = _TEMP_NAME.match(name)
-        if match and not process_running(int(match['pid'])):
+        if match and match['host'] in (host, None) and not process_running(int(match['pid'])):
             with suppress(OSError):
                 os.remove(osp.join(folder, name))
                 removed.append(osp.join(folder, name))

@@ -8,13 +8,20 @@ checkpoints; each only rebuilds data; torch's global allowlist is never changed)
 ``.safetensors`` file holds tensors only, its ``meta`` dict is JSON in the header. A file that
 needs any other global is refused in one line naming it, the global and the opt-in:
 ``--trust-checkpoint`` on a tool enters :func:`trusted_checkpoints`, under which files load as
-full pickles, each with a warning. Importing the package registers the loader for local paths
-with mmengine's ``CheckpointLoader.register_scheme``, so the Runner's ``load_from``/``resume``
-and mmseg's ``init_model`` use it (docs/security.md).
+full pickles, each with a warning. A URL of a scheme mmengine serves (``http(s)://``,
+``torchvision://``, ``open-mmlab://``, ``mmcls://``) is downloaded where mmengine would put it
+(torch.hub's cache) and that file read the same way; other schemes are refused. A folder or a
+``last_checkpoint`` file stands for the checkpoint it names. Importing the package registers
+:func:`load_for_mmengine` (the same reader, config text dropped: mmengine's ``Runner.resume`` and
+``BaseInferencer`` execute ``meta['config']`` / ``meta['cfg']``) with mmengine's
+``CheckpointLoader.register_scheme`` for every prefix it knows, so the Runner's
+``load_from``/``resume``, ``init_cfg`` and mmseg's ``init_model``/``MMSegInferencer`` use it
+(docs/security.md).
 """
 import contextlib
 import json
 import logging
+import os
 import os.path as osp
 import pickle
 import pkgutil
@@ -23,15 +30,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 import torch
+from mmengine.dist import barrier, get_dist_info
 from mmengine.logging import print_log
+from mmengine.runner import checkpoint as mmengine_checkpoint
 from mmengine.runner.checkpoint import CheckpointLoader
 from torch import Tensor
 
 from .errors import UserError
 
 __all__ = ['ALLOWED_GLOBALS', 'CheckpointError', 'SAFETENSORS_META_KEY', 'TRUST_FLAG',
-           'TRUST_HELP', 'UnsafeCheckpointError', 'check_checkpoint_file',
-           'load_checkpoint_file', 'read_state_dict', 'state_dict_of', 'trusted_checkpoints']
+           'TRUST_HELP', 'UnsafeCheckpointError', 'check_checkpoint_file', 'load_checkpoint_file',
+           'load_for_mmengine', 'local_checkpoint_file', 'read_state_dict', 'resolve_checkpoint', 'state_dict_of',
+           'trusted_checkpoints', 'without_config_text']
 
 TRUST_FLAG = '--trust-checkpoint'
 #: Key of the JSON-encoded ``meta`` dict in a ``.safetensors`` header's ``__metadata__``.
@@ -123,24 +133,102 @@ def is_safetensors(filename: str) -> bool:
     return str(filename).lower().endswith('.safetensors')
 
 
-def _check_exists(filename: str) -> str:
-    if '://' in str(filename):
-        raise CheckpointError(f'{filename} is a URL; afno_seg reads local checkpoint files only '
-                              '(nothing is downloaded at run time): download it, pass its path')
+def resolve_checkpoint(filename: str) -> str:
+    """The file ``filename`` stands for: a ``last_checkpoint`` file (or a folder holding one,
+    e.g. a work_dir) names the checkpoint, as ``--resume`` reads it; anything else as it is."""
     path = osp.expanduser(str(filename))
-    if not osp.isfile(path):
-        raise CheckpointError(f'checkpoint file not found: {filename}')
-    return path
+    if osp.isdir(path):
+        if not osp.isfile(osp.join(path, 'last_checkpoint')):
+            raise CheckpointError(f'{filename} is a folder without a last_checkpoint file: pass '
+                                  'a checkpoint file in it (e.g. its latest iter_N.pth)')
+        path = osp.join(path, 'last_checkpoint')
+    if osp.basename(path) != 'last_checkpoint' or not osp.isfile(path):
+        return str(filename)
+    with open(path, encoding='utf-8', errors='replace') as file:
+        named = file.read().strip()
+    if not named:
+        raise CheckpointError(f'{path} is empty: it names no checkpoint; pass a checkpoint file')
+    if '://' in named or osp.isabs(named) or osp.exists(named):
+        return named
+    return osp.join(osp.dirname(path), named)  # written relative to its work_dir
+
+
+# Where mmengine 0.10.7 sends each URL prefix it registers; we fetch the same file, never unpickle
+# it there. A name -> URL table is one of mmengine's public ``get_*_models`` functions.
+_URL_TABLES = {'torchvision://': 'get_torchvision_models', 'modelzoo://': 'get_torchvision_models',
+               'open-mmlab://': 'get_external_models', 'openmmlab://': 'get_external_models',
+               'mmcls://': 'get_mmcls_models'}
+URL_PREFIXES = ('http://', 'https://', *_URL_TABLES)
+
+
+def _download(url: str) -> str:
+    """The local copy of ``url`` where mmengine's ``load_from_http`` (torch.hub's
+    ``load_state_dict_from_url``) keeps it, downloaded if missing: rank 0 first, as mmengine does,
+    so the ranks of a job fetch it once."""
+    from urllib.parse import urlparse
+
+    from torch.hub import download_url_to_file, get_dir
+    cached = osp.join(get_dir(), 'checkpoints', osp.basename(urlparse(url).path))
+    rank, world_size = get_dist_info()
+    for turn in range(min(world_size, 2)):  # turn 0: rank 0; turn 1: the others
+        if (rank == 0) == (turn == 0) and not osp.isfile(cached):
+            try:
+                os.makedirs(osp.dirname(cached), exist_ok=True)
+                download_url_to_file(url, cached, progress=False)
+            except Exception as error:  # noqa: BLE001  (URLError, HTTPError, OSError: one line)
+                raise CheckpointError(
+                    f'could not download checkpoint {url}: {type(error).__name__}: {error}; '
+                    'download it where you can and pass the file\'s path') from None
+        if world_size > 1 and turn == 0:
+            barrier()
+    return cached
+
+
+def local_checkpoint_file(filename: str) -> str:
+    """The local path of a checkpoint argument: a URL of :data:`URL_PREFIXES` downloaded
+    (:func:`_download`), other URLs refused, a local path checked to exist."""
+    filename = resolve_checkpoint(filename)
+    if '://' not in str(filename):
+        path = osp.expanduser(str(filename))
+        if not osp.isfile(path):
+            raise CheckpointError(f'checkpoint file not found: {filename}')
+        return path
+    prefix = next((p for p in URL_PREFIXES if filename.startswith(p)), None)
+    if prefix is None:
+        raise CheckpointError(f'{filename}: afno_seg reads checkpoints from local files and '
+                              f'{", ".join(URL_PREFIXES)} URLs only; download it and pass its path')
+    url = filename
+    if prefix in _URL_TABLES:
+        name = filename[len(prefix):]
+        table = getattr(mmengine_checkpoint, _URL_TABLES[prefix])
+        try:
+            url = table().get(name)
+        except Exception as error:  # noqa: BLE001  (e.g. torchvision:// without torchvision)
+            raise CheckpointError(f'{filename}: cannot look the name up ({error})') from None
+        if url is None:
+            raise CheckpointError(f'{filename}: mmengine knows no checkpoint named {name!r}')
+        if '://' not in url:  # open-mmlab's table may name a file under mmengine's home
+            home = os.getenv('MMENGINE_HOME', osp.join(os.getenv('XDG_CACHE_HOME', '~/.cache'),
+                                                        'mmengine'))  # mmengine's rule
+            return local_checkpoint_file(osp.join(osp.expanduser(home), url))
+    return _download(url)
+
+
+def _torch_reason(error: Exception) -> str:
+    """torch's reason, without its advice to load with ``weights_only=False`` and to file an
+    issue (the advice our messages give is our own: ``--trust-checkpoint``)."""
+    text = str(error)
+    if 'WeightsUnpickler error:' in text or 'weights_only' in text:
+        text = text.split('WeightsUnpickler error:')[-1].split('Check the documentation')[0]
+    return ' '.join(text.split())
 
 
 def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
-    text = str(error)
-    match = _GLOBAL_IN_ERROR.search(text)
+    match = _GLOBAL_IN_ERROR.search(str(error))
     if match:
         needs = f'would import {match.group(1)} while being read'
-    else:  # torch's own words, without its advice to load with weights_only=False
-        reason = text.split('WeightsUnpickler error:')[-1].split('Check the documentation')[0]
-        needs = f'needs more than tensors and plain data to be read ({" ".join(reason.split())})'
+    else:
+        needs = f'needs more than tensors and plain data to be read ({_torch_reason(error)})'
     return UnsafeCheckpointError(
         f'refused checkpoint {filename}: it {needs}, which a checkpoint of weights never '
         f'needs (loading it could run code). If you trust this file and its source, run the '
@@ -148,12 +236,12 @@ def _refusal(filename: str, error: Exception) -> UnsafeCheckpointError:
         '(tools/publish_model.py) from a trusted machine.')
 
 
-def _unreadable(filename: str, error: Exception) -> CheckpointError:
-    size = osp.getsize(osp.expanduser(filename))
-    kind = 'safetensors file' if is_safetensors(filename) else 'PyTorch checkpoint'
+def _unreadable(filename: str, path: str, error: Exception) -> CheckpointError:
+    size = osp.getsize(path)
+    kind = 'safetensors file' if is_safetensors(path) else 'PyTorch checkpoint'
     return CheckpointError(
         f'{filename} ({size} bytes) is not a readable {kind}: '
-        f'{type(error).__name__}: {error}. The file is truncated (an interrupted save or '
+        f'{type(error).__name__}: {_torch_reason(error)}. The file is truncated (an interrupted save or '
         'copy) or not a checkpoint at all; pass another one (e.g. an earlier iter_*.pth of '
         'the same work_dir).'.replace('\n', ' '))
 
@@ -167,12 +255,13 @@ def _load_safetensors(path: str, filename: str, map_location) -> dict:
             state_dict = handle.get_tensors()
         meta = json.loads(header[SAFETENSORS_META_KEY]) if SAFETENSORS_META_KEY in header else {}
     except Exception as error:  # noqa: BLE001  (SafetensorError, JSON, OS errors: one message)
-        raise _unreadable(filename, error) from error
+        raise _unreadable(filename, path, error) from error
     return dict(state_dict=state_dict, meta=meta)
 
 
 def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) -> dict:
-    """Read a local ``.pth`` or ``.safetensors`` checkpoint as data: the unpickled object
+    """Read a ``.pth`` or ``.safetensors`` checkpoint as data (a local file, a URL of
+    :data:`URL_PREFIXES`, or what :func:`resolve_checkpoint` resolves): the unpickled object
     (mmengine's checkpoint dict, or a bare state dict), for ``.safetensors``
     ``dict(state_dict=tensors, meta=header meta or {})``. ``map_location`` as ``torch.load``'s;
     ``mmap``: read the archive index and the pickled structure, not the tensor data.
@@ -180,9 +269,9 @@ def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) 
     Raises:
         UnsafeCheckpointError: the pickle needs a global outside :data:`ALLOWED_GLOBALS`
             (unless inside :func:`trusted_checkpoints`).
-        CheckpointError: no such file, or not a readable checkpoint.
+        CheckpointError: no such file, not a readable checkpoint, a URL that cannot be fetched.
     """
-    path = _check_exists(filename)
+    path = local_checkpoint_file(filename)
     if is_safetensors(path):  # safetensors maps the file lazily anyway
         return _load_safetensors(path, filename, map_location)
     try:
@@ -198,7 +287,7 @@ def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) 
             raise _refusal(filename, error) from None
         if mmap:  # e.g. torch's legacy non-zip format cannot be mapped: the full load decides
             return load_checkpoint_file(filename, map_location)
-        raise _unreadable(filename, error) from error
+        raise _unreadable(filename, path, error) from error
 
 
 def check_checkpoint_file(filename: str) -> None:
@@ -206,7 +295,7 @@ def check_checkpoint_file(filename: str) -> None:
     loads with :func:`load_checkpoint_file`; cheap for a good file (memory-mapped, or the
     header of a ``.safetensors`` file). Under :func:`trusted_checkpoints` only that it exists."""
     if _trusted:
-        _check_exists(filename)
+        local_checkpoint_file(filename)
     else:
         load_checkpoint_file(filename, mmap=True)
 
@@ -234,4 +323,41 @@ def read_state_dict(filename: str, prefix: str | None = None) -> 'OrderedDict[st
     return state_dict_of(load_checkpoint_file(filename), prefix)
 
 
-CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_file, force=True)
+#: ``meta`` keys and ``message_hub['runtime_info']`` keys holding config text that mmengine
+#: executes: ``Runner.resume`` runs ``Config.fromstring(meta['config'])``, ``BaseInferencer``
+#: with ``model=None`` the ``cfg`` of either place.
+CONFIG_TEXT_KEYS = ('config', 'cfg')
+#: Where :func:`without_config_text` keeps the text (read only as text, e.g. to name mixers).
+CONFIG_TEXT_KEPT = 'config_text'
+
+
+def without_config_text(checkpoint):
+    """``checkpoint`` with the config text mmengine would execute moved to
+    ``meta['config_text']`` (a plain string nothing runs); in place, returned."""
+    if not isinstance(checkpoint, dict):
+        return checkpoint
+    meta = checkpoint.get('meta')
+    info = (checkpoint.get('message_hub') or {}).get('runtime_info') \
+        if isinstance(checkpoint.get('message_hub'), dict) else None
+    for holder in (meta, info):
+        for key in CONFIG_TEXT_KEYS if isinstance(holder, dict) else ():
+            text = holder.pop(key, None)
+            if isinstance(meta, dict) and isinstance(text, str):
+                meta.setdefault(CONFIG_TEXT_KEPT, text)
+    return checkpoint
+
+
+def load_for_mmengine(filename: str, map_location=None, *args, **kwargs) -> dict:
+    """What mmengine's ``CheckpointLoader`` calls for every prefix: :func:`load_checkpoint_file`
+    then :func:`without_config_text` (also under ``--trust-checkpoint``); ``mmcls://`` gives
+    the backbone's state dict, as mmengine's own loader does."""
+    checkpoint = without_config_text(load_checkpoint_file(filename, map_location or 'cpu'))
+    if str(filename).startswith('mmcls://'):
+        state = state_dict_of(checkpoint, 'backbone.')
+        checkpoint = dict(state_dict=state)
+    return checkpoint
+
+
+# mmengine's other prefixes (pavi, Ceph/S3) are refused by local_checkpoint_file, in one line.
+for _prefix in ('', *URL_PREFIXES, 'pavi://', r'(\S+\:)?s3://'):
+    CheckpointLoader.register_scheme(prefixes=_prefix, loader=load_for_mmengine, force=True)

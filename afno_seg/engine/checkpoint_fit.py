@@ -102,7 +102,7 @@ def trained_with(meta: dict) -> str:
     (its text read with a regular expression, never executed: it came with the file)."""
     if not isinstance(meta, dict):
         return ''
-    name, text = meta.get('experiment_name'), meta.get('cfg')
+    name, text = meta.get('experiment_name'), meta.get('cfg') or meta.get('config_text')
     name = _TIMESTAMP.sub('', name) if isinstance(name, str) else 'a config'
     mixers = []
     if isinstance(text, str):

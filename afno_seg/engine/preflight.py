@@ -272,20 +272,20 @@ def pretrained_checkpoints(node, key: str = 'model', drop: bool = False) -> list
 def config_checkpoints(cfg: Config, resume: bool = False) -> list[str]:
     """The checkpoint files a Runner built from ``cfg`` will read: ``load_from``, the one
     ``--resume`` continues from (``work_dir/last_checkpoint``), and every pretrained file in
-    ``cfg.model`` (:func:`pretrained_checkpoints`; local paths only)."""
+    ``cfg.model`` (:func:`pretrained_checkpoints`); URLs too (read as data once fetched)."""
     load_from = cfg.get('load_from')
     if resume and not load_from:
         load_from = find_latest_checkpoint(cfg.work_dir)  # None (logged) if there is none
     files = [load_from] + [path for _, path in pretrained_checkpoints(cfg.get('model'))]
-    return [f for f in dict.fromkeys(files) if f and '://' not in f]
+    return [f for f in dict.fromkeys(files) if f]
 
 
 def check_config_checkpoints(cfg: Config, resume: bool = False, from_scratch: bool = False,
                              trust: bool = False) -> None:
     """Before a training Runner exists: the pretrained rule (``from_scratch``: drop the
     pretrained files, one line; else refuse a missing local one, :class:`PretrainedMissingError`),
-    then :func:`check_checkpoint` for each of :func:`config_checkpoints` that exists, unless
-    ``trust`` (``--trust-checkpoint``)."""
+    then :func:`check_checkpoint` for each of :func:`config_checkpoints` that exists (a URL: once
+    downloaded where mmengine keeps it), unless ``trust`` (``--trust-checkpoint``)."""
     source = cfg.filename or 'the config'
     pretrained = pretrained_checkpoints(cfg.get('model'), drop=from_scratch)
     if from_scratch:
@@ -300,5 +300,5 @@ def check_config_checkpoints(cfg: Config, resume: bool = False, from_scratch: bo
                 f'{osp.abspath(".")}). {where}Put the file there, or pass --from-scratch to '
                 'train from the model\'s own initialisation.')
     for filename in [] if trust else config_checkpoints(cfg, resume):
-        if osp.isfile(osp.expanduser(filename)):
+        if '://' in filename or osp.isfile(osp.expanduser(filename)):
             check_checkpoint(filename)

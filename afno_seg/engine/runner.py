@@ -21,7 +21,7 @@ from mmengine.runner import Runner
 
 from ..decode_heads import use_low_res_fusion
 from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
-from .checkpoint import trusted_checkpoints
+from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
 from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import DEFAULT_TIMEOUT_S, explain_worker_failure, guard_dataloader
@@ -118,6 +118,12 @@ class AfnoSegRunner(Runner):
         mmengine calls none on an exception.)"""
         with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
             return super().train(*args, **kwargs)
+
+    def load_checkpoint(self, filename, *args, **kwargs):
+        """``Runner.load_checkpoint`` whose result holds no config text where mmengine's
+        ``resume`` would execute it (``Config.fromstring(meta['config'])``): the registered loader
+        drops it already; this also covers a loader someone else registers for a prefix."""
+        return without_config_text(super().load_checkpoint(filename, *args, **kwargs))
 
     def build_model(self, model):
         model = super().build_model(model)

@@ -1,0 +1,191 @@
+"""No code from data on every path (issue 35): URLs of every scheme mmengine serves, config text
+inside checkpoints, ``last_checkpoint`` indirection, our own words in every refusal.
+
+The URL payloads are served by an HTTP server this module starts on 127.0.0.1 (port chosen by the
+kernel, stopped after each test); torch.hub's cache and mmengine's home are the test's folder.
+"""
+import functools
+import http.server
+import json
+import shutil
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import afno_seg  # noqa: F401  (registers the loader)
+from afno_seg.engine import run_tool
+from afno_seg.engine.checkpoint import (
+    CheckpointError,
+    UnsafeCheckpointError,
+    load_checkpoint_file,
+    load_for_mmengine,
+)
+from conftest import TINY_CONFIG
+from test_checkpoint_safety import Payload, data_options, refused, tool
+
+CONFIG_PAYLOAD = "x = __import__('os').system('touch {marker}')"  # no import line: runs
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # no request lines on stderr
+        pass
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """``url`` of a loopback HTTP server serving ``folder``; caches under ``tmp_path``."""
+    folder = tmp_path / 'served'
+    folder.mkdir()
+    httpd = http.server.ThreadingHTTPServer(
+        ('127.0.0.1', 0), functools.partial(_QuietHandler, directory=str(folder)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    monkeypatch.setenv('MMENGINE_HOME', str(tmp_path / 'mmengine_home'))
+    for name in ('http_proxy', 'HTTP_PROXY', 'https_proxy', 'HTTPS_PROXY', 'all_proxy',
+                 'ALL_PROXY'):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv('no_proxy', '127.0.0.1')
+    try:
+        yield SimpleNamespace(url=f'http://127.0.0.1:{httpd.server_address[1]}', folder=folder)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def served_evil(server, tmp_path):
+    """(URL of a pickled ``os.system`` payload, the marker it would create)."""
+    marker = tmp_path / 'MARKER'
+    torch.save({'state_dict': {}, 'meta': {'note': Payload(marker)}}, server.folder / 'evil.pth')
+    return f'{server.url}/evil.pth', marker
+
+
+def test_every_prefix_mmengine_registers_reads_through_the_one_loader():
+    from mmengine.runner.checkpoint import CheckpointLoader
+    schemes = CheckpointLoader._schemes  # what mmengine dispatches on (private: checked here)
+    assert {'', 'http://', 'https://', 'open-mmlab://', 'mmcls://'} <= set(schemes)
+    assert {name: loader for name, loader in schemes.items()
+            if loader is not load_for_mmengine} == {}
+
+
+@pytest.mark.parametrize('scheme', ['http', 'open-mmlab'])
+def test_mmengine_loader_refuses_a_served_payload(scheme, served_evil, tmp_path):
+    from mmengine.runner.checkpoint import _load_checkpoint
+    url, marker = served_evil
+    if scheme == 'open-mmlab':  # mmengine's table, extended from its home as mmengine allows
+        home = tmp_path / 'mmengine_home'
+        home.mkdir()
+        (home / 'open_mmlab.json').write_text(json.dumps({'evil': url}))
+        url = 'open-mmlab://evil'
+    with pytest.raises(UnsafeCheckpointError) as error:
+        _load_checkpoint(url, map_location='cpu')  # Runner, init_cfg Pretrained, inferencers
+    assert 'posix.system' in str(error.value) and '\n' not in str(error.value)
+    assert not marker.exists()
+
+
+def test_other_schemes_and_unreachable_urls_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path))
+    for url in ('s3://bucket/x.pth', 'pavi://x/y.pth', 'ftp://host/x.pth'):
+        with pytest.raises(CheckpointError, match='download it and pass its path'):
+            load_checkpoint_file(url)
+    with pytest.raises(CheckpointError, match='could not download checkpoint') as error:
+        load_checkpoint_file('http://127.0.0.1:9/none.pth')  # discard port: refused at once
+    assert '\n' not in str(error.value)
+
+
+def _tiny_with_init_cfg(tmp_path, url) -> str:
+    path = tmp_path / 'with_init_cfg.py'
+    path.write_text(f"_base_ = [{TINY_CONFIG!r}]\nmodel = dict(backbone=dict(init_cfg=dict("
+                    f"type='Pretrained', checkpoint={url!r})))\n")
+    return str(path)
+
+
+@pytest.mark.parametrize('how', ['load_from', 'resume', 'init_cfg'])
+def test_train_refuses_a_served_payload_before_the_runner(how, served_evil, tiny_demo_data,
+                                                          tmp_path, capsys):
+    url, marker = served_evil
+    work = tmp_path / 'work'
+    config = _tiny_with_init_cfg(tmp_path, url) if how == 'init_cfg' else TINY_CONFIG
+    argv = [config, '--work-dir', str(work), *data_options(tiny_demo_data)]
+    if how == 'load_from':
+        argv.append(f'load_from={url}')
+    elif how == 'resume':
+        work.mkdir()
+        (work / 'last_checkpoint').write_text(url)
+        argv.insert(1, '--resume')
+    err = refused(capsys, marker, tool('tools/train.py').main, *argv)
+    assert 'posix.system' in err and len(err.strip().splitlines()) == 1, err
+    assert not list(work.glob('*/*.log'))  # refused before a Runner was built
+
+
+# -- config text in a checkpoint ----------------------------------------------------------------
+
+def test_resume_does_not_run_config_text(tiny_trained, tiny_demo_data, tmp_path, capsys):
+    """mmengine's Runner.resume would run Config.fromstring(meta['config'])."""
+    marker = tmp_path / 'MARKER'
+    work = tmp_path / 'work'
+    work.mkdir()
+    checkpoint = load_checkpoint_file(str(tiny_trained.work_dir / 'iter_6.pth'))
+    checkpoint['meta']['config'] = CONFIG_PAYLOAD.format(marker=marker)
+    torch.save(checkpoint, work / 'iter_6.pth')
+    code = run_tool(lambda: tool('tools/train.py').main([
+        TINY_CONFIG, '--resume', '--work-dir', str(work), *data_options(tiny_demo_data),
+        f'load_from={work / "iter_6.pth"}']))
+    assert code == 0, capsys.readouterr().err[-3000:]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize('where', ['meta', 'message_hub'])
+def test_inferencer_without_a_config_does_not_run_config_text(where, tmp_path):
+    """MMSegInferencer(model=None) builds its model from the checkpoint's config text: refused."""
+    from mmseg.apis import MMSegInferencer
+    marker = tmp_path / 'MARKER'
+    text = CONFIG_PAYLOAD.format(marker=marker)
+    checkpoint = {'state_dict': {}, 'meta': {}}
+    if where == 'meta':
+        checkpoint['meta']['cfg'] = text
+    else:
+        checkpoint['message_hub'] = {'runtime_info': {'cfg': text}}
+    torch.save(checkpoint, tmp_path / 'c.pth')
+    with pytest.raises(Exception, match='config'):
+        MMSegInferencer(model=None, weights=str(tmp_path / 'c.pth'), device='cpu')
+    assert not marker.exists()
+
+
+# -- what stands for a checkpoint; our own words ------------------------------------------------
+
+def test_a_folder_or_last_checkpoint_names_the_checkpoint(tiny_trained, tiny_demo_data,
+                                                          tmp_path, capsys):
+    work = tmp_path / 'work'
+    shutil.copytree(tiny_trained.work_dir, work, ignore=shutil.ignore_patterns('2*'))
+    (work / 'last_checkpoint').write_text(str(work / 'iter_6.pth'))
+    want = load_checkpoint_file(str(work / 'iter_6.pth'))['meta']['iter']
+    assert load_checkpoint_file(str(work / 'last_checkpoint'))['meta']['iter'] == want
+    (work / 'last_checkpoint').write_text('iter_3.pth')  # relative: to its folder
+    assert load_checkpoint_file(str(work))['meta']['iter'] == 3
+    (work / 'last_checkpoint').unlink()
+    with pytest.raises(CheckpointError, match='without a last_checkpoint file') as error:
+        load_checkpoint_file(str(work))
+    assert '\n' not in str(error.value)
+    (work / 'last_checkpoint').write_text(str(work / 'iter_6.pth'))
+    code = run_tool(lambda: tool('tools/inference.py').main([
+        TINY_CONFIG, str(work), str(tiny_demo_data / 'leftImg8bit' / 'val'), '--out-dir',
+        str(tmp_path / 'out'), '--no-progress', '--workers', '0']))
+    assert code == 0, capsys.readouterr().err[-3000:]
+
+
+def test_refusals_carry_no_advice_of_torch(tmp_path):
+    """torch's 'Re-running torch.load with weights_only set to False ... file an issue' is cut."""
+    path = tmp_path / 'odd.pth'
+    torch.save({'x': 1j}, path)  # a complex number: a global torch's unpickler does not allow
+    for load in (load_checkpoint_file, lambda p: load_checkpoint_file(p, mmap=True)):
+        with pytest.raises(CheckpointError) as error:
+            load(str(path))
+        message = str(error.value)
+        assert 'Re-running' not in message and 'file an issue' not in message, message
+        assert '\n' not in message and str(path) in message
+
