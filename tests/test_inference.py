@@ -9,8 +9,6 @@ included) and two for the one-line errors (before and after the model is built);
 options call its ``main`` here: the process adds nothing to them.
 """
 import json
-import os
-import sys
 from pathlib import Path
 
 import cv2
@@ -23,7 +21,7 @@ from test_mmseg_apis import checkpoint_of
 from afno_seg.deployment import collect_inputs, export_onnx, set_inference_mode
 from afno_seg.engine.errors import UserError
 
-from conftest import ROOT, TINY_CONFIG, check, load_script, run_tool
+from conftest import TINY_CONFIG, check, load_script, run_tool
 
 
 @pytest.fixture(scope='module')

@@ -18,8 +18,9 @@ written) is skipped with one line naming it and listed in summary.json; the run 
 with status 1 naming the count (``--strict``: stop at the first). Rerunning the same command
 (same checkpoint, config, format) skips every input whose outputs are complete, so a killed run
 loses only the images in flight. Output names keep each input's path below its folder or
-pattern; DIR may not be an input folder nor inside one. ``--workers`` processes decode, equal-sized images go
-through in batches of ``--batch-size``, writing overlaps the next forward pass. ``--launcher
+pattern; DIR may not be an input folder nor inside one. ``--workers`` processes decode,
+equal-sized images go through in batches of ``--batch-size``, writing overlaps the next forward
+pass. ``--launcher
 pytorch`` (tools/dist_inference.sh): each rank takes every PROCESSES-th input, rank 0 writes the
 summary and names what a dead rank left undone. ``--labels DIR``: ground-truth train-id PNGs
 (``DIR/NAME.png``; ``--label-suffix _leftImg8bit=_gtFine_labelTrainIds`` maps Cityscapes names)
@@ -43,8 +44,8 @@ from afno_seg.deployment import (
     segment_files,
     use_onnxruntime,
 )
-from afno_seg.deployment.report import report_on_files
 from afno_seg.deployment.files import check_out_dir
+from afno_seg.deployment.report import report_on_files
 from afno_seg.deployment.segment_files import PROGRESS_DIR, Shard
 from afno_seg.deployment.startup import quiet_known_warnings
 from afno_seg.engine import UserError, run_tool, write_switched_config

@@ -32,8 +32,9 @@ from ..datasets.transforms import file_problem
 from ..engine.atomic_io import atomic_write, temp_name
 from ..engine.errors import UserError
 
-__all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'VideoOverlayWriter', 'collect_inputs',
-           'check_out_dir', 'input_roots', 'open_video', 'overlay', 'read_image', 'to_label_ids', 'write_png']
+__all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'VideoOverlayWriter', 'check_out_dir',
+           'collect_inputs', 'input_roots', 'open_video', 'overlay', 'read_image', 'to_label_ids',
+           'write_png']
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 VIDEO_SUFFIXES = ('.mp4', '.avi')

@@ -139,7 +139,8 @@ def _journal_entries(journal: str) -> tuple[dict | None, list[dict]]:
             entry = json.loads(line.decode('utf-8'))
             valid = isinstance(entry, dict) and (('input' not in entry and number == 1) or (
                 isinstance(entry.get('input'), str) and entry.get('status') in ('ok', 'failed')
-                and all(isinstance(entry.get(key, ''), str) for key in (*OUTPUT_KEYS, 'real'))))
+                and all(isinstance(entry.get(key, ''), str)
+                        for key in (*OUTPUT_KEYS, 'real', 'error'))))
         except ValueError:  # UnicodeDecodeError included
             valid = False
         if not valid:

@@ -43,7 +43,8 @@ def temp_name(path: str | Path, suffix: str = '') -> str:
     ``.<name>.<pid>.<8 random hex>.<host tag>.tmp<suffix>`` (``suffix``: e.g. a video's
     container suffix, which the writer picks its format by)."""
     folder, name = osp.split(osp.abspath(os.fspath(path)))
-    return osp.join(folder, f'.{name}.{os.getpid()}.{os.urandom(4).hex()}.{_host_tag()}.tmp{suffix}')
+    unique = f'{os.getpid()}.{os.urandom(4).hex()}.{_host_tag()}'
+    return osp.join(folder, f'.{name}.{unique}.tmp{suffix}')
 
 
 class SaveError(UserError):

@@ -12,9 +12,9 @@ full pickles, each with a warning. A URL of a scheme mmengine serves (``http(s):
 ``torchvision://``, ``open-mmlab://``, ``mmcls://``) is downloaded where mmengine would put it
 (torch.hub's cache) and that file read the same way; other schemes are refused. A folder or a
 ``last_checkpoint`` file stands for the checkpoint it names. Importing the package registers
-:func:`load_for_mmengine` (the same reader, config text dropped: mmengine's ``Runner.resume`` and
-``BaseInferencer`` execute ``meta['config']`` / ``meta['cfg']``) with mmengine's
-``CheckpointLoader.register_scheme`` for every prefix it knows, so the Runner's
+:func:`load_from_safe_loader` (the same reader, config text set aside: mmengine's
+``Runner.resume`` and ``BaseInferencer`` execute ``meta['config']`` / ``meta['cfg']``) with
+mmengine's ``CheckpointLoader.register_scheme`` for every prefix it knows, so the Runner's
 ``load_from``/``resume``, ``init_cfg`` and mmseg's ``init_model``/``MMSegInferencer`` use it
 (docs/security.md).
 """
@@ -32,16 +32,22 @@ from collections.abc import Callable, Iterator
 import torch
 from mmengine.dist import barrier, get_dist_info
 from mmengine.logging import print_log
-from mmengine.runner import checkpoint as mmengine_checkpoint
-from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.runner import (
+    CheckpointLoader,
+    get_deprecated_model_names,
+    get_external_models,
+    get_mmcls_models,
+    get_torchvision_models,
+)
 from torch import Tensor
 
 from .errors import UserError
 
 __all__ = ['ALLOWED_GLOBALS', 'CheckpointError', 'SAFETENSORS_META_KEY', 'TRUST_FLAG',
-           'TRUST_HELP', 'UnsafeCheckpointError', 'check_checkpoint_file', 'load_checkpoint_file',
-           'load_for_mmengine', 'local_checkpoint_file', 'read_state_dict', 'resolve_checkpoint', 'state_dict_of',
-           'trusted_checkpoints', 'without_config_text']
+           'TRUST_HELP', 'URL_PREFIXES', 'UnsafeCheckpointError', 'check_checkpoint_file',
+           'load_checkpoint_file', 'load_from_safe_loader', 'local_checkpoint_file',
+           'read_state_dict', 'resolve_checkpoint', 'state_dict_of', 'trusted_checkpoints',
+           'without_config_text']
 
 TRUST_FLAG = '--trust-checkpoint'
 #: Key of the JSON-encoded ``meta`` dict in a ``.safetensors`` header's ``__metadata__``.
@@ -155,9 +161,9 @@ def resolve_checkpoint(filename: str) -> str:
 
 # Where mmengine 0.10.7 sends each URL prefix it registers; we fetch the same file, never unpickle
 # it there. A name -> URL table is one of mmengine's public ``get_*_models`` functions.
-_URL_TABLES = {'torchvision://': 'get_torchvision_models', 'modelzoo://': 'get_torchvision_models',
-               'open-mmlab://': 'get_external_models', 'openmmlab://': 'get_external_models',
-               'mmcls://': 'get_mmcls_models'}
+_URL_TABLES = {'torchvision://': get_torchvision_models, 'modelzoo://': get_torchvision_models,
+               'open-mmlab://': get_external_models, 'openmmlab://': get_external_models,
+               'mmcls://': get_mmcls_models}
 URL_PREFIXES = ('http://', 'https://', *_URL_TABLES)
 
 
@@ -200,9 +206,10 @@ def local_checkpoint_file(filename: str) -> str:
     url = filename
     if prefix in _URL_TABLES:
         name = filename[len(prefix):]
-        table = getattr(mmengine_checkpoint, _URL_TABLES[prefix])
         try:
-            url = table().get(name)
+            if 'mmlab://' in prefix:  # renamed models, as mmengine follows them
+                name = get_deprecated_model_names().get(name, name)
+            url = _URL_TABLES[prefix]().get(name)
         except Exception as error:  # noqa: BLE001  (e.g. torchvision:// without torchvision)
             raise CheckpointError(f'{filename}: cannot look the name up ({error})') from None
         if url is None:
@@ -241,9 +248,9 @@ def _unreadable(filename: str, path: str, error: Exception) -> CheckpointError:
     kind = 'safetensors file' if is_safetensors(path) else 'PyTorch checkpoint'
     return CheckpointError(
         f'{filename} ({size} bytes) is not a readable {kind}: '
-        f'{type(error).__name__}: {_torch_reason(error)}. The file is truncated (an interrupted save or '
-        'copy) or not a checkpoint at all; pass another one (e.g. an earlier iter_*.pth of '
-        'the same work_dir).'.replace('\n', ' '))
+        f'{type(error).__name__}: {_torch_reason(error)}. The file is truncated (an interrupted '
+        'save or copy) or not a checkpoint at all; pass another one (e.g. an earlier iter_*.pth '
+        'of the same work_dir).')
 
 
 def _load_safetensors(path: str, filename: str, map_location) -> dict:
@@ -347,8 +354,9 @@ def without_config_text(checkpoint):
     return checkpoint
 
 
-def load_for_mmengine(filename: str, map_location=None, *args, **kwargs) -> dict:
-    """What mmengine's ``CheckpointLoader`` calls for every prefix: :func:`load_checkpoint_file`
+def load_from_safe_loader(filename: str, map_location=None, *args, **kwargs) -> dict:
+    """What mmengine's ``CheckpointLoader`` calls for every prefix (its log line names the loader
+    by what follows ``load_from_``: "safe_loader"): :func:`load_checkpoint_file`
     then :func:`without_config_text` (also under ``--trust-checkpoint``); ``mmcls://`` gives
     the backbone's state dict, as mmengine's own loader does."""
     checkpoint = without_config_text(load_checkpoint_file(filename, map_location or 'cpu'))
@@ -358,6 +366,6 @@ def load_for_mmengine(filename: str, map_location=None, *args, **kwargs) -> dict
     return checkpoint
 
 
-# mmengine's other prefixes (pavi, Ceph/S3) are refused by local_checkpoint_file, in one line.
-for _prefix in ('', *URL_PREFIXES, 'pavi://', r'(\S+\:)?s3://'):
-    CheckpointLoader.register_scheme(prefixes=_prefix, loader=load_for_mmengine, force=True)
+# mmengine's other prefixes (pavi, Ceph/S3/petrel): refused by local_checkpoint_file, one line.
+for _prefix in ('', *URL_PREFIXES, 'pavi://', r'(\S+\:)?s3://', r'(\S+\:)?petrel://'):
+    CheckpointLoader.register_scheme(prefixes=_prefix, loader=load_from_safe_loader, force=True)
