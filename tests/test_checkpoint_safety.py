@@ -177,10 +177,11 @@ def test_preflight_finds_every_checkpoint_a_config_reads(tmp_path):
         init_cfg=dict(type='Pretrained', checkpoint='mit.pth')), decode_head=dict(init_cfg=[
             dict(type='Pretrained', checkpoint='head.pth'),
             dict(type='Pretrained', checkpoint='https://x/y.pth')]))))
-    assert config_checkpoints(cfg) == ['a.pth', 'mit.pth', 'head.pth']
+    assert config_checkpoints(cfg) == ['a.pth', 'mit.pth', 'head.pth', 'https://x/y.pth']
     (tmp_path / 'last_checkpoint').write_text('/w/iter_3.pth\n')
     cfg.load_from = None
-    assert config_checkpoints(cfg, resume=True) == ['/w/iter_3.pth', 'mit.pth', 'head.pth']
+    assert config_checkpoints(cfg, resume=True) == ['/w/iter_3.pth', 'mit.pth', 'head.pth',
+                                                    'https://x/y.pth']
 
 
 def test_import_leaves_torch_and_mmengine_as_safe_as_they_were(tmp_path):

@@ -165,7 +165,7 @@ def completed_inputs(out_dir: str, run_id: str = '', settings: str = '') -> dict
     for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
         earlier = not osp.basename(journal).startswith(f'{run_id}-rank')
         header, lines = _journal_entries(journal)
-        if (header or {}).get('settings') != settings:
+        if (header or {}).get('settings', '') != settings:
             continue  # another checkpoint, config, format...: its outputs are not this run's
         for entry in lines:
             if earlier and entry['status'] == 'ok':
