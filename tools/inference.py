@@ -27,6 +27,7 @@ summary and names what a dead rank left undone. ``--labels DIR``: ground-truth t
 give an evaluation report, ``OUT_DIR/report/report.html`` (or ``--report DIR``).
 """
 import argparse
+import glob
 import hashlib
 import os
 import sys
@@ -44,7 +45,7 @@ from afno_seg.deployment import (
     segment_files,
     use_onnxruntime,
 )
-from afno_seg.deployment.files import check_out_dir
+from afno_seg.deployment.files import glob_root
 from afno_seg.deployment.report import report_on_files
 from afno_seg.deployment.segment_files import PROGRESS_DIR, Shard
 from afno_seg.deployment.startup import quiet_known_warnings
@@ -113,6 +114,24 @@ def label_files(args, files) -> dict[str, str]:
         raise UserError(f'--labels: no ground truth for {len(missing)} inputs, e.g. {missing[0]} '
                         '(set --label-suffix OLD=NEW to map image names to label names)')
     return labels
+
+
+def check_out_dir(out_dir: str, specs, files) -> None:
+    """Refuse an output folder that is an input folder or inside one (the next run would read its
+    outputs as inputs, inputs could be overwritten), or that holds an input."""
+    out = os.path.realpath(out_dir)
+    for spec in specs:
+        if not (os.path.isdir(spec) or glob.has_magic(spec)):
+            continue
+        root = os.path.realpath(spec if os.path.isdir(spec) else glob_root(spec))
+        if out == root or out.startswith(root.rstrip(os.sep) + os.sep):
+            raise UserError(f'--out-dir {out_dir} is inside the input folder {root}: the next run '
+                            'would read its outputs as inputs; choose a folder outside it')
+    inside = next((f.path for f in files if os.path.realpath(f.path).startswith(out + os.sep)),
+                  None)
+    if inside:
+        raise UserError(f'input {inside} is inside --out-dir {out_dir}: outputs could overwrite '
+                        'it; choose another --out-dir')
 
 
 def check_writable(out_dir: str) -> None:

@@ -32,9 +32,8 @@ from ..datasets.transforms import file_problem
 from ..engine.atomic_io import atomic_write, temp_name
 from ..engine.errors import UserError
 
-__all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'VideoOverlayWriter', 'check_out_dir',
-           'collect_inputs', 'input_roots', 'open_video', 'overlay', 'read_image', 'to_label_ids',
-           'write_png']
+__all__ = ['IMAGE_SUFFIXES', 'VIDEO_SUFFIXES', 'InputFile', 'VideoOverlayWriter', 'collect_inputs',
+           'glob_root', 'open_video', 'overlay', 'read_image', 'to_label_ids', 'write_png']
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 VIDEO_SUFFIXES = ('.mp4', '.avi')
@@ -55,7 +54,7 @@ def _kind(path: str) -> str | None:
     return 'image' if suffix in IMAGE_SUFFIXES else 'video' if suffix in VIDEO_SUFFIXES else None
 
 
-def _glob_root(pattern: str) -> str:
+def glob_root(pattern: str) -> str:
     """The folder part of ``pattern`` before its first wildcard (``photos`` of
     ``photos/**/*.jpg``); names are relative to it, so the folder tree below is kept."""
     parts = pattern.split(os.sep)
@@ -71,7 +70,7 @@ def _files_of(spec: str) -> Iterator[tuple[str, str]]:
             for name in sorted(names):
                 yield osp.join(folder, name), spec
     elif glob.has_magic(spec):
-        root = _glob_root(spec)
+        root = glob_root(spec)
         # pathlib's ``**`` does not follow symlinked folders, glob.glob's does (loops repeat);
         # hidden files and folders are left out, as glob.glob leaves them
         for path in sorted(map(str, Path(root).glob(osp.relpath(spec, root)))):
@@ -83,28 +82,6 @@ def _files_of(spec: str) -> Iterator[tuple[str, str]]:
     else:
         raise UserError(f'input not found: {spec} (give image files, folders, glob patterns or '
                         f'videos {"/".join(VIDEO_SUFFIXES)})')
-
-
-def input_roots(specs: Sequence[str]) -> list[str]:
-    """The folders INPUT arguments search (a folder, a pattern's fixed part), for the check that
-    the output folder is none of them nor inside one."""
-    return [spec if osp.isdir(spec) else _glob_root(spec) for spec in specs
-            if osp.isdir(spec) or glob.has_magic(spec)]
-
-
-def check_out_dir(out_dir: str, specs: Sequence[str], files: Sequence[InputFile]) -> None:
-    """Refuse an output folder that is an input folder or inside one (its outputs would be read
-    as inputs by the next run, inputs could be overwritten), or that holds an input."""
-    out = osp.realpath(out_dir)
-    for root in input_roots(specs):
-        real = osp.realpath(root)
-        if out == real or out.startswith(real.rstrip(os.sep) + os.sep):
-            raise UserError(f'--out-dir {out_dir} is inside the input folder {root}: the next run '
-                            'would read its outputs as inputs; choose a folder outside it')
-    inside = next((f.path for f in files if osp.realpath(f.path).startswith(out + os.sep)), None)
-    if inside:
-        raise UserError(f'input {inside} is inside --out-dir {out_dir}: outputs could overwrite '
-                        'it; choose another --out-dir')
 
 
 def collect_inputs(specs: Sequence[str]) -> list[InputFile]:

@@ -6,18 +6,16 @@ For an image ``NAME.png`` (``NAME``: its path below the folder or pattern it was
 outputs, size, inference time and classes, or why it failed, or that it is not done yet.
 
 * **Nothing lost, nothing redone.** Outputs appear complete or not at all (:mod:`.files`); then
-  a line naming the input (and its real path) is appended to this process's journal
-  ``OUT/.progress/RUN-rankR.jsonl``, whose first line holds the run's ``settings`` key (a digest
-  of what decides the outputs: checkpoint and config digests, label format, opacity, backend).
-  A rerun with the same settings skips every input a journal line says is written and whose
-  outputs exist (failures are retried); journals of other settings are not trusted, their inputs
-  are redone. A kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the
-  images already predicted are written, the rest is left for the rerun. A damaged journal line
-  is named on stderr and skipped.
-* **One bad file is one failure.** An input that cannot be decoded, larger than ``max_pixels``,
-  that the model refuses (a :class:`UserError`, e.g. a static ONNX shape), whose outputs cannot be
-  written, or a video that fails midway (no file is left under its name) is journaled and named
-  on stderr, and the run goes on (``strict``: it stops there).
+  a line naming the input and its real path is appended to this process's journal
+  ``OUT/.progress/RUN-rankR.jsonl``, whose first line holds the run's :func:`settings_key`. A
+  rerun of the same key skips every input a journal line says is written and whose outputs exist
+  (failures are retried; journals of other keys are ignored, damaged lines named and skipped),
+  so a kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the images
+  already predicted are written, the rest is left for the rerun.
+* **One bad file is one failure.** An input that cannot be decoded, over ``max_pixels``, refused
+  by the model (a :class:`UserError`, e.g. a static ONNX shape), whose outputs cannot be written,
+  or a video failing midway (leaving no file) is journaled and named on stderr, and the run goes
+  on (``strict``: it stops there).
 * **The model never waits.** Decoding and the test pipeline run in DataLoader workers; images
   whose prepared tensors have one size are batched (the labels are those of batch 1); PNGs are
   written in a thread while the next batch is in the model.
@@ -29,8 +27,6 @@ outputs, size, inference time and classes, or why it failed, or that it is not d
   is ``not done`` with that rank, and ``resumed`` is what a journal of an earlier run holds.
 """
 import functools
-import glob
-import hashlib
 import itertools
 import json
 import os
@@ -63,12 +59,12 @@ from .files import (
     to_label_ids,
     write_png,
 )
+from .journal import PROGRESS_DIR, completed_inputs, settings_key
 from .predictor import Segmenter
 
-__all__ = ['PROGRESS_DIR', 'Shard', 'default_max_pixels', 'segment_files', 'settings_key']
+__all__ = ['PROGRESS_DIR', 'Shard', 'completed_inputs', 'default_max_pixels', 'segment_files',
+           'settings_key']
 
-PROGRESS_DIR = '.progress'
-OUTPUT_KEYS = ('label', 'overlay', 'video')
 STOP_GRACE_S = 10.0  # rank 0, stopped: how long it waits for ranks neither ended nor seen dead
 
 
@@ -91,12 +87,6 @@ def default_max_pixels(num_classes: int) -> int:
     (the logits resized to the image, float32, the overlay in float32, the image itself)."""
     memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     return int(memory // 4 // (4 * num_classes + 4 * 3 + 8))
-
-
-def settings_key(settings: dict) -> str:
-    """16 hex digits naming what decides a run's outputs (a journal is trusted only by runs of
-    the same key)."""
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _too_large(height: int, width: int, max_pixels: int) -> str | None:
@@ -124,55 +114,6 @@ def _leave_stop_signals_to_the_parent(_) -> None:
     that died of it would fail the parent's loader before the parent could stop in order."""
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, signal.SIG_IGN)
-
-
-def _journal_entries(journal: str) -> tuple[dict | None, list[dict]]:
-    """``(header, entries)`` of one journal; a damaged line (not UTF-8, not JSON, not an entry)
-    is named on stderr and skipped; a last line cut by a kill is skipped silently."""
-    with open(journal, 'rb') as file:
-        lines = file.read().split(b'\n')
-    header, entries, damaged = None, [], []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line.decode('utf-8'))
-            valid = isinstance(entry, dict) and (('input' not in entry and number == 1) or (
-                isinstance(entry.get('input'), str) and entry.get('status') in ('ok', 'failed')
-                and all(isinstance(entry.get(key, ''), str)
-                        for key in (*OUTPUT_KEYS, 'real', 'error'))))
-        except ValueError:  # UnicodeDecodeError included
-            valid = False
-        if not valid:
-            if number < len(lines):  # the final line without its newline: a cut write
-                damaged.append(number)
-        elif 'input' in entry:
-            entries.append(entry)
-        else:
-            header = entry
-    if damaged:
-        print(f'{journal}: {len(damaged)} damaged line(s) skipped (first: line {damaged[0]}); '
-              'their inputs are redone', file=sys.stderr, flush=True)
-    return header, entries
-
-
-def completed_inputs(out_dir: str, run_id: str = '', settings: str = '') -> dict[str, dict]:
-    """``{real input path: entry}`` of every journal under ``out_dir`` written with ``settings``
-    (:func:`settings_key`), the latest line of each input winning; ``ok`` entries whose outputs
-    are gone are dropped; ``ok`` entries from another run's journal than ``run_id``'s get
-    ``resumed=True``."""
-    entries = {}
-    for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
-        earlier = not osp.basename(journal).startswith(f'{run_id}-rank')
-        header, lines = _journal_entries(journal)
-        if (header or {}).get('settings', '') != settings:
-            continue  # another checkpoint, config, format...: its outputs are not this run's
-        for entry in lines:
-            if earlier and entry['status'] == 'ok':
-                entry['resumed'] = True
-            entries[entry.get('real') or osp.realpath(entry['input'])] = entry
-    return {path: entry for path, entry in entries.items() if entry['status'] != 'ok' or all(
-        osp.isfile(entry[key]) for key in OUTPUT_KEYS if key in entry)}
 
 
 class _Run:
