@@ -36,6 +36,10 @@ from conftest import TINY_CONFIG
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: Config text mmengine's Runner.resume would run (``Config.fromstring``; no import line).
+CONFIG_PAYLOAD = "x = __import__('os').system('touch {marker}')"
+
+
 class Payload:
     """Unpickling this runs ``touch MARKER``."""
 
@@ -149,6 +153,21 @@ def test_converter_publisher_and_library_refuse_payload(evil, tmp_path, capsys):
         with pytest.raises(UnsafeCheckpointError) as error:
             load(str(path))
         assert_refusal(str(error.value), path)
+    assert not marker.exists()
+
+
+def test_resume_does_not_run_config_text(trained, tiny_demo_data, tmp_path, capsys):
+    """mmengine's Runner.resume would run Config.fromstring(meta['config'])."""
+    marker = tmp_path / 'MARKER'
+    work = tmp_path / 'work'
+    work.mkdir()
+    checkpoint = load_checkpoint_file(str(trained))
+    checkpoint['meta']['config'] = CONFIG_PAYLOAD.format(marker=marker)
+    torch.save(checkpoint, work / 'iter_6.pth')
+    code = run_tool(lambda: tool('tools/train.py').main([
+        TINY_CONFIG, '--resume', '--work-dir', str(work), *data_options(tiny_demo_data),
+        f'load_from={work / "iter_6.pth"}']))
+    assert code == 0, capsys.readouterr().err[-3000:]
     assert not marker.exists()
 
 
