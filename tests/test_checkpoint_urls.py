@@ -125,6 +125,17 @@ def test_train_refuses_a_served_payload_before_the_runner(how, served_evil, tiny
     assert not list(work.glob('*/*.log'))  # refused before a Runner was built
 
 
+@pytest.mark.parametrize('script', ['tools/test.py', 'tools/inference.py'])
+def test_test_and_inference_refuse_a_served_payload(script, served_evil, tiny_demo_data, tmp_path,
+                                                    capsys):
+    url, marker = served_evil
+    extra = (['--work-dir', str(tmp_path / 'work'), *data_options(tiny_demo_data)]
+             if script == 'tools/test.py' else
+             [str(tiny_demo_data / 'leftImg8bit' / 'val'), '--out-dir', str(tmp_path / 'out')])
+    err = refused(capsys, marker, tool(script).main, TINY_CONFIG, url, *extra)
+    assert 'posix.system' in err and len(err.strip().splitlines()) == 1, err
+
+
 # -- config text in a checkpoint ----------------------------------------------------------------
 
 @pytest.mark.parametrize('where', ['meta', 'message_hub'])
