@@ -75,8 +75,45 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
             extra[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             extra[key] = value
+    for name in dict.fromkeys(stage_names):
+        _check_settings(spec, name, variants[name], extra)
     stage_names = stage_names * (num_stages // len(stage_names))
     return [dict(variants[name], **extra) for name in stage_names]
+
+
+def _check_settings(spec: str, name: str, variant: dict, extra: dict) -> None:
+    """Each setting is an argument of the mixer's class, of its default's kind: a typo is one
+    line listing what the class takes, not a TypeError from deep inside the model build."""
+    from .registry import MMSEG_MODELS
+    cls = MMSEG_MODELS.get(variant.get('type')) if isinstance(variant.get('type'), str) else None
+    if cls is None:
+        return  # a variant table of a test, or an unregistered type: the build will say
+    taken = {key: param.default for key, param in inspect.signature(cls).parameters.items()
+             if key not in ('embed_dims', 'init_cfg') and param.kind in (
+                 param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)}
+    listed = ', '.join(f'{key}={default!r}' if default is not inspect.Parameter.empty else key
+                       for key, default in taken.items()) or 'none'
+    for key, value in extra.items():
+        if key not in taken:
+            raise UserError(f'--mixer {spec}: {name} ({cls.__name__}) has no setting {key!r}; '
+                            f'its settings (with defaults) are {listed}')
+        default = taken[key]
+        if not _same_kind(value, default):
+            raise UserError(f'--mixer {spec}: {key} takes values like its default {default!r} '
+                            f'({type(default).__name__}), got {value!r} ({name}: {cls.__name__})')
+
+
+def _same_kind(value, default) -> bool:
+    """``value`` can stand where ``default`` does (an int for a float, a list for a tuple)."""
+    if default is None or default is inspect.Parameter.empty:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (tuple, list)):
+        return isinstance(value, (tuple, list))
+    return isinstance(value, type(default))
 
 
 def spec_slug(spec: str) -> str:
@@ -147,27 +184,26 @@ def use_local_pretrained(backbone: dict, pretrained_dir: str = PRETRAINED_DIR) -
     ``pretrained_dir/mit_<size>.pth`` (the SegFormer authors' file) or the file name of the
     config's URL there (mmseg's conversion, e.g. ``mit_b0_20220624-7e0fe6dd.pth``), the first
     that exists, else the first of these names: the training preflight refuses a missing file
-    unless ``--from-scratch``. A backbone of no MiT size drops ``init_cfg`` with one line.
+    unless ``--from-scratch``. A backbone that names no weights (the demo config) keeps its
+    own initialisation: ``--mixer`` asks for weights only where the config does.
 
     Returns:
-        str | None: The checkpoint path named, or None (no MiT weights apply).
+        str | None: The checkpoint path named, or None (the config names no weights).
     """
     init_cfg = backbone.get('init_cfg') or {}
     named = init_cfg.get('checkpoint') if isinstance(init_cfg, dict) else None
     named = named or backbone.get('pretrained')
     backbone['pretrained'] = None
+    if not named:
+        # The config starts from its own initialisation (the demo config): so does its --mixer
+        # form; weights are looked for only where the config asked for some.
+        return None
     size = mit_size(backbone)
-    candidates = [named] if named and not _is_url(named) else []
+    candidates = [] if _is_url(named) else [named]
     if size is not None:
         candidates.append(osp.join(pretrained_dir, f'mit_{size}.pth'))
     if _is_url(named):
         candidates.append(osp.join(pretrained_dir, osp.basename(named)))
-    if not candidates:
-        backbone['init_cfg'] = None
-        print_log('--mixer: the backbone sizes match no SegFormer MiT (b0-b5), so no MiT '
-                  'ImageNet weights apply; training from scratch', logger='current',
-                  level=logging.WARNING)
-        return None
     found = next((path for path in candidates if osp.isfile(path)), candidates[0])
     backbone['init_cfg'] = dict(type='Pretrained', checkpoint=found)
     if osp.isfile(found):

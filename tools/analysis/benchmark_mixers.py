@@ -234,8 +234,7 @@ def write_plot(path_prefix, rows, args) -> list[str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not prepare_run(args):
-        return 1
+    prepare_run(args)
     if args.device == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 here
     started, load_before = time.strftime('%Y-%m-%d %H:%M:%S %Z'), load_average()
@@ -267,4 +266,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from afno_seg.engine import run_tool
+    sys.exit(run_tool(main))  # --device cuda without CUDA: one line
