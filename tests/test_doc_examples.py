@@ -64,6 +64,7 @@ def test_marked_example_runs_as_written(where, block, tmp_path):
     folder.mkdir()
     env = working_copy(folder)
     since = time.time() - 1  # copies keep their files' times (copy2)
+    before = checkout_outputs()
     result = subprocess.run(['bash', '-e', '-o', 'pipefail', '-c', block], cwd=folder, env=env,
                             capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
@@ -71,6 +72,15 @@ def test_marked_example_runs_as_written(where, block, tmp_path):
     assert 'Traceback' not in output, f'{where}:\n{output[-4000:]}'
     assert not written_outside(folder, since), (
         f'{where} wrote outside data/ and work_dirs/: {written_outside(folder, since)}')
+    # A tool that ignores the working directory would write into this checkout instead.
+    new = [path for path in checkout_outputs() - before if Path(path).name in block]
+    assert not new, f'{where} wrote into the checkout, not the working directory: {new}'
+
+
+def checkout_outputs() -> set[str]:
+    """The entries of this checkout's own data/ and work_dirs/."""
+    return {str(path) for name in OUTPUT_DIRS if (ROOT / name).is_dir()
+            for path in (ROOT / name).iterdir()}
 
 
 def test_the_marker_finds_blocks_and_a_broken_example_fails(tmp_path):

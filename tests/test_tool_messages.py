@@ -10,6 +10,7 @@ Cost: no subprocess of its own; one in-process evaluation of the tiny model (4 i
 FLOP trace of it.
 """
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -70,8 +71,11 @@ def test_swapped_config_and_checkpoint_are_named(capsys, tmp_path):
     checkpoint = str(tmp_path / 'iter_6.pth')
     err = one_line(capsys, 'tools/test.py', checkpoint, TINY_CONFIG)
     assert f'{checkpoint} looks like a checkpoint and {TINY_CONFIG} like a config: swap them' in err
-    for tool, extra in [('tools/inference.py', ['image.png']),
-                        ('tools/deployment/pytorch2onnx.py', [])]:
+    image = tmp_path / 'image.png'
+    image.write_bytes(b'')  # named, never read: the config is refused first
+    for tool, extra in [('tools/inference.py', [str(image), '--out-dir', str(tmp_path / 'o')]),
+                        ('tools/deployment/pytorch2onnx.py', ['--shape', '64', '64', '--out',
+                                                              str(tmp_path / 'm.onnx')])]:
         err = one_line(capsys, tool, checkpoint, TINY_CONFIG, *extra)
         assert f'{checkpoint}: a config is a .py/.yml/.yaml/.json file and this looks like a ' \
                'checkpoint; the tools take the config first' in err, err
@@ -98,10 +102,9 @@ def results_of(output: str) -> dict[str, str]:
     lines = output.rstrip().splitlines()
     assert 'results:' in lines, output[-2000:]
     start = len(lines) - 1 - lines[::-1].index('results:')
-    rows = [line.split(None, 1) if not line.startswith('  metrics json') else
-            ['metrics json', line.split('metrics json', 1)[1]] for line in lines[start + 1:]]
-    assert all(line.startswith('  ') for line in lines[start + 1:]), lines[start:]
-    return {what.strip(): where.strip() for what, where in rows}
+    rows = [re.fullmatch(r'  (\S+(?: \S+)*) {2,}(\S.*)', line) for line in lines[start + 1:]]
+    assert rows and all(rows), lines[start:]
+    return dict(row.groups() for row in rows)
 
 
 def test_training_ends_with_its_checkpoint_metrics_and_log(tiny_trained):
@@ -128,6 +131,19 @@ def test_testing_ends_with_each_output_where_it_is(tiny_trained, tiny_demo_data,
     painted = Path(rows['painted images'])
     assert painted == work_dir / 'vis' / 'vis_data' / 'vis_image' and len(os.listdir(painted)) == 4
     assert Path(rows['log']).is_file()
+
+
+def test_format_only_names_the_folder_its_pngs_are_in(tiny_trained, tiny_demo_data, tmp_path,
+                                                      capsys):
+    """mmseg's CityscapesMetric logs the folder's parent; the closing line names the folder."""
+    server = tmp_path / 'server'
+    main = load_script('tools/test.py').main
+    assert run_tool(lambda: main([
+        TINY_CONFIG, str(tiny_trained.work_dir / 'iter_6.pth'), '--work-dir', str(tmp_path / 'w'),
+        '--format-only', str(server), *cli_options(data_roots(tiny_demo_data))])) == 0
+    rows = results_of(capsys.readouterr().out)
+    assert rows['test-server PNGs'] == f'{server} (4 files)' and 'metrics' not in rows
+    assert len(list(server.glob('*_leftImg8bit.png'))) == 4
 
 
 def test_flops_end_says_where_the_table_is(capsys, tmp_path):

@@ -5,6 +5,7 @@ the checkpoint, the metrics, the predictions and the log now are (only what was 
 each at the path it has on disk; mmseg's ``CityscapesMetric`` logs the parent of its
 ``output_dir``). Printed to stdout only, on the main process: the log file stays mmseg's.
 """
+import numbers
 import os
 import os.path as osp
 
@@ -18,9 +19,9 @@ _NOT_METRICS = ('time', 'data_time')
 
 
 def _metrics_text(metrics: dict) -> str:
-    return ', '.join(f'{key} {value:.4g}' if isinstance(value, float) else f'{key} {value}'
-                     for key, value in metrics.items()
-                     if isinstance(value, (int, float)) and key not in _NOT_METRICS)
+    # numbers.Real: NumPy scalars too (mmseg's IoUMetric gives float32)
+    return ', '.join(f'{key} {float(value):.4g}' for key, value in metrics.items()
+                     if isinstance(value, numbers.Real) and key not in _NOT_METRICS)
 
 
 def _log_file(runner: Runner) -> str:

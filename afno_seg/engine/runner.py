@@ -29,8 +29,8 @@ from .distributed import explain_collective_failure, init_cpu_process_group, rec
 from .errors import UserError
 from .precision import apply_precision, apply_test_precision
 from .preemption import TrainingInterrupted, restart_count, stop_signals_released
-from .results import print_results, test_results, train_results
 from .preflight import check_before_runner, check_checkpoint, check_config_checkpoints
+from .results import print_results, test_results, train_results
 
 __all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'check_config_path',
            'load_config', 'run_test', 'run_tool', 'run_train', 'write_switched_config']
@@ -49,7 +49,8 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
     """``Config.fromfile`` of a path or ``mmseg::...`` config plus mmseg's tool conventions
     (``--cfg-options``, default work_dir), then ``--mixer`` (:func:`switch_mixer`; ``pretrained``
     False: no MiT weights named); a missing file is one :class:`UserError` line."""
-    cfg = Config.fromfile(check_config_path(config))
+    path = check_config_path(config)
+    cfg = Config.fromfile(path)
     cfg.launcher = launcher
     if cfg_options:
         cfg.merge_from_dict(cfg_options)

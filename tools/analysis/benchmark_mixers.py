@@ -45,6 +45,7 @@ import time
 import torch
 
 from afno_seg.analysis.report import markdown_table
+from afno_seg.engine.errors import check_device
 from afno_seg.experiments.benchmarking import (
     DTYPES,
     environment,
@@ -111,6 +112,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
     parser.add_argument('--tag', default='', help='suffix of the output file names')
     args = parser.parse_args(argv)
+    check_device(args.device)  # before the device's properties are read below
     args.command = ' '.join(['python', osp.relpath(__file__, ROOT),
                              *(sys.argv[1:] if argv is None else argv)])
     args.dtypes = args.dtypes or (['fp32', 'bf16'] if args.device == 'cpu' else
