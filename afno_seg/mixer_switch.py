@@ -75,32 +75,53 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
             extra[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             extra[key] = value
-    for name in dict.fromkeys(stage_names):
-        _check_settings(spec, name, variants[name], extra)
+    taken = {name: _settings(variants[name]) for name in dict.fromkeys(stage_names)}
+    for key, value in extra.items():
+        _check_setting(spec, key, value, taken)
     stage_names = stage_names * (num_stages // len(stage_names))
-    return [dict(variants[name], **extra) for name in stage_names]
+    # A setting goes to every stage whose mixer takes it (afno+afno+esa+esa:sparsity_threshold=..)
+    return [dict(variants[name], **{key: value for key, value in extra.items()
+                                    if taken[name] is None or key in taken[name][1]})
+            for name in stage_names]
 
 
-def _check_settings(spec: str, name: str, variant: dict, extra: dict) -> None:
-    """Each setting is an argument of the mixer's class, of its default's kind: a typo is one
-    line listing what the class takes, not a TypeError from deep inside the model build."""
+def _settings(variant: dict) -> tuple[str, dict] | None:
+    """(class name, setting -> default) of a catalogue variant's mixer class; None when the type
+    is not registered (a test's own variant table: the build will say)."""
     from .registry import MMSEG_MODELS
     cls = MMSEG_MODELS.get(variant.get('type')) if isinstance(variant.get('type'), str) else None
     if cls is None:
-        return  # a variant table of a test, or an unregistered type: the build will say
-    taken = {key: param.default for key, param in inspect.signature(cls).parameters.items()
-             if key not in ('embed_dims', 'init_cfg') and param.kind in (
-                 param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)}
-    listed = ', '.join(f'{key}={default!r}' if default is not inspect.Parameter.empty else key
-                       for key, default in taken.items()) or 'none'
-    for key, value in extra.items():
-        if key not in taken:
-            raise UserError(f'--mixer {spec}: {name} ({cls.__name__}) has no setting {key!r}; '
-                            f'its settings (with defaults) are {listed}')
-        default = taken[key]
-        if not _same_kind(value, default):
-            raise UserError(f'--mixer {spec}: {key} takes values like its default {default!r} '
-                            f'({type(default).__name__}), got {value!r} ({name}: {cls.__name__})')
+        return None
+    return cls.__name__, {key: param.default
+                          for key, param in inspect.signature(cls).parameters.items()
+                          if key not in ('embed_dims', 'init_cfg') and param.kind in (
+                              param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)}
+
+
+def _check_setting(spec: str, key: str, value, taken: dict) -> None:
+    """A setting some stage's mixer takes, of its default's kind: a typo is one line listing
+    what the mixers take, not a TypeError from deep inside the model build."""
+    known = {name: entry for name, entry in taken.items() if entry is not None}
+    if len(known) < len(taken):
+        return
+    takers = [name for name, (_, settings) in known.items() if key in settings]
+    if not takers:
+        lists = {f'{name} ({cls})': ', '.join(
+            f'{k}={d!r}' if d is not inspect.Parameter.empty else k for k, d in settings.items())
+            or 'none' for name, (cls, settings) in known.items()}
+        if len(lists) == 1:
+            (mixer, listed), = lists.items()
+            raise UserError(f'--mixer {spec}: {mixer} has no setting {key!r}; its settings '
+                            f'(with defaults) are {listed}')
+        raise UserError(f'--mixer {spec}: none of {", ".join(lists)} has a setting {key!r}; '
+                        'their settings (with defaults): '
+                        + '; '.join(f'{mixer}: {listed}' for mixer, listed in lists.items()))
+    for name in takers:
+        cls, settings = known[name]
+        if not _same_kind(value, settings[key]):
+            raise UserError(f'--mixer {spec}: {key} takes values like its default '
+                            f'{settings[key]!r} ({type(settings[key]).__name__}), got {value!r} '
+                            f'({name}: {cls})')
 
 
 def _same_kind(value, default) -> bool:

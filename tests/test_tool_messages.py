@@ -40,8 +40,9 @@ def one_line(capsys, tool: str, *argv: str) -> str:
     ('gfn:sparsity_threshold=0.1', ["gfn (GlobalFilterMixer) has no setting "
                                     "'sparsity_threshold'", 'base_hw_shape=(64, 64)']),
     ('afno:num_blocks=abc', ["num_blocks takes values like its default 8 (int), got 'abc'"]),
-    ('afno+afno+esa+esa:sparsity_threshold=0.1', ["esa (EfficientSelfAttentionMixer) has no "
-                                                  "setting 'sparsity_threshold'"]),
+    ('afno+afno+esa+esa:sparsity=0.1', ["none of afno (AFNOMixer), esa "
+                                        "(EfficientSelfAttentionMixer) has a setting 'sparsity'",
+                                        'EfficientSelfAttentionMixer): num_heads, sr_ratio=1']),
 ])
 def test_a_bad_mixer_setting_is_one_line(capsys, spec, expected):
     err = one_line(capsys, 'tools/train.py', DEMO, '--mixer', spec)
@@ -54,6 +55,9 @@ def test_good_mixer_settings_pass():
                        'num_blocks=2', pretrained=False)
     assert cfg.model.backbone.mixers[0]['num_blocks'] == 2
     switch_mixer(Config.fromfile(TINY_CONFIG), 'fno:modes=[4,4]', pretrained=False)
+    hybrid = switch_mixer(Config.fromfile(TINY_CONFIG), 'afno+afno+esa+esa:sparsity_threshold=0.1',
+                          pretrained=False).model.backbone.mixers
+    assert [m.get('sparsity_threshold') for m in hybrid] == [0.1, 0.1, None, None]
 
 
 def test_the_demo_config_needs_no_mit_weights_under_mixer(tmp_path, monkeypatch):
