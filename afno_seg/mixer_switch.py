@@ -101,23 +101,16 @@ def _settings(variant: dict) -> tuple[str, dict] | None:
 def _check_setting(spec: str, key: str, value, taken: dict) -> None:
     """A setting some stage's mixer takes, of its default's kind: a typo is one line listing
     what the mixers take, not a TypeError from deep inside the model build."""
-    known = {name: entry for name, entry in taken.items() if entry is not None}
-    if len(known) < len(taken):
+    if None in taken.values():
         return
-    takers = [name for name, (_, settings) in known.items() if key in settings]
+    takers = [name for name, (_, settings) in taken.items() if key in settings]
     if not takers:
-        lists = {f'{name} ({cls})': ', '.join(
-            f'{k}={d!r}' if d is not inspect.Parameter.empty else k for k, d in settings.items())
-            or 'none' for name, (cls, settings) in known.items()}
-        if len(lists) == 1:
-            (mixer, listed), = lists.items()
-            raise UserError(f'--mixer {spec}: {mixer} has no setting {key!r}; its settings '
-                            f'(with defaults) are {listed}')
-        raise UserError(f'--mixer {spec}: none of {", ".join(lists)} has a setting {key!r}; '
-                        'their settings (with defaults): '
-                        + '; '.join(f'{mixer}: {listed}' for mixer, listed in lists.items()))
+        raise UserError(f'--mixer {spec}: no mixer here has a setting {key!r}; ' + '; '.join(
+            f'{name} ({cls}) takes ' + (', '.join(
+                k if d is inspect.Parameter.empty else f'{k}={d!r}' for k, d in settings.items())
+                or 'none') for name, (cls, settings) in taken.items()))
     for name in takers:
-        cls, settings = known[name]
+        cls, settings = taken[name]
         if not _same_kind(value, settings[key]):
             raise UserError(f'--mixer {spec}: {key} takes values like its default '
                             f'{settings[key]!r} ({type(settings[key]).__name__}), got {value!r} '

@@ -3,8 +3,9 @@
 A fenced block right after the line ``<!-- docs-test: run -->`` in README.md or docs/ is run by
 bash, line for line, in a temporary working copy: ``tools/`` and ``configs/`` copied, ``data/`` and
 ``work_dirs/`` empty, ``python`` the interpreter running the tests, ``afno_seg`` the package of
-this checkout. The block must succeed with no traceback and write only under ``data/`` and
-``work_dirs/`` (a page's command never overwrites the page's own files). Every other block stays
+this checkout. The block must succeed with no traceback, write only under ``data/`` and
+``work_dirs/`` (a page's command never overwrites the page's own files), and its last line must
+name a result that exists under ``work_dirs/``. Every other block stays
 parsed only (tests/test_docs.py). Cost: the marked blocks' own run time (see the pages).
 """
 import os
@@ -72,6 +73,10 @@ def test_marked_example_runs_as_written(where, block, tmp_path):
     assert 'Traceback' not in output, f'{where}:\n{output[-4000:]}'
     assert not written_outside(folder, since), (
         f'{where} wrote outside data/ and work_dirs/: {written_outside(folder, since)}')
+    last = result.stdout.strip().splitlines()[-1]  # every run ends by saying where its results are
+    named = [path for path in re.findall(r'[\w./-]*work_dirs/[\w./-]*\w', last)
+             if (folder / path).exists()]
+    assert named, f'{where}: the last line names no result under work_dirs/: {last!r}'
     # A tool that ignores the working directory would write into this checkout instead.
     new = [path for path in checkout_outputs() - before if Path(path).name in block]
     assert not new, f'{where} wrote into the checkout, not the working directory: {new}'
