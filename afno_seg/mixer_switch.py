@@ -40,7 +40,7 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
 
     Args:
         spec (str): Catalogue names joined by ``+`` (one, or one per stage), then optional
-            ``:key=value`` settings for every stage's mixer.
+            ``:key=value`` settings for every stage whose mixer takes them.
         variants (dict[str, dict], optional): Catalogue, short name -> mixer config dict.
             Default: None (:func:`afno_seg.mixers.mixer_variants`, unlisted variants included).
         num_stages (int): Backbone stages. Default: 4.
@@ -50,7 +50,8 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
 
     Raises:
         UserError: an unknown name (the message lists the listed catalogue names), a wrong
-            number of stages or a setting that is not ``key=value``.
+            number of stages, a setting that is not ``key=value``, that no mixer of the spec
+            takes (the message lists what each takes) or of another kind than its default.
     """
     if variants is None:
         from .mixers import mixer_variants

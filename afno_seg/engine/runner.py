@@ -249,9 +249,9 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
 
 def run_tool(main: Callable[[], None]) -> int:
     """Run a tool's main and return its exit status (main's own when it returns an int): 1 with
-    the message alone on stderr for a
-    :class:`UserError`, a dead or stuck data-loader worker or a dead rank; 75 for a stop signal
-    (:class:`~.preemption.TrainingInterrupted`, logged by the checkpoint hook).
+    the message alone on stderr for a :class:`UserError`, a dead or stuck data-loader worker or
+    a dead rank; 75 for a stop signal (:class:`~.preemption.TrainingInterrupted`, logged by the
+    checkpoint hook).
 
     A torchrun child then leaves without interpreter finalization (output and logs flushed):
     gloo's threads, still referenced by DDP objects only the garbage collector frees, could
