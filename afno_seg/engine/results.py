@@ -80,9 +80,11 @@ def test_results(runner: Runner, metrics: dict | None) -> list[tuple[str, str]]:
 
 
 def print_results(rows: list[tuple[str, str]]) -> None:
-    """The rows as the run's last lines (the main process only)."""
+    """The rows as the run's last lines (the main process only); paths inside the working
+    directory as relative ones (mmengine makes the work_dir absolute)."""
     if not is_main_process():
         return
+    cwd = os.getcwd() + os.sep
     width = max(len(what) for what, _ in rows)
-    print('results:\n' + '\n'.join(f'  {what:<{width}}  {where}' for what, where in rows),
-          flush=True)
+    print('results:\n' + '\n'.join(f'  {what:<{width}}  {where.replace(cwd, "")}'
+                                    for what, where in rows), flush=True)
