@@ -40,7 +40,7 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
 
     Args:
         spec (str): Catalogue names joined by ``+`` (one, or one per stage), then optional
-            ``:key=value`` settings for every stage's mixer.
+            ``:key=value`` settings for every stage whose mixer takes them.
         variants (dict[str, dict], optional): Catalogue, short name -> mixer config dict.
             Default: None (:func:`afno_seg.mixers.mixer_variants`, unlisted variants included).
         num_stages (int): Backbone stages. Default: 4.
@@ -50,7 +50,8 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
 
     Raises:
         UserError: an unknown name (the message lists the listed catalogue names), a wrong
-            number of stages or a setting that is not ``key=value``.
+            number of stages, a setting that is not ``key=value``, that no mixer of the spec
+            takes (the message lists what each takes) or of another kind than its default.
     """
     if variants is None:
         from .mixers import mixer_variants
@@ -75,8 +76,59 @@ def parse_mixer_spec(spec: str, variants: dict[str, dict] | None = None,
             extra[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             extra[key] = value
+    taken = {name: _settings(variants[name]) for name in dict.fromkeys(stage_names)}
+    for key, value in extra.items():
+        _check_setting(spec, key, value, taken)
     stage_names = stage_names * (num_stages // len(stage_names))
-    return [dict(variants[name], **extra) for name in stage_names]
+    # A setting goes to every stage whose mixer takes it (afno+afno+esa+esa:sparsity_threshold=..)
+    return [dict(variants[name], **{key: value for key, value in extra.items()
+                                    if taken[name] is None or key in taken[name][1]})
+            for name in stage_names]
+
+
+def _settings(variant: dict) -> tuple[str, dict] | None:
+    """(class name, setting -> default) of a catalogue variant's mixer class; None when the type
+    is not registered (a test's own variant table: the build will say)."""
+    from .registry import MMSEG_MODELS
+    cls = MMSEG_MODELS.get(variant.get('type')) if isinstance(variant.get('type'), str) else None
+    if cls is None:
+        return None
+    return cls.__name__, {key: param.default
+                          for key, param in inspect.signature(cls).parameters.items()
+                          if key not in ('embed_dims', 'init_cfg') and param.kind in (
+                              param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)}
+
+
+def _check_setting(spec: str, key: str, value, taken: dict) -> None:
+    """A setting some stage's mixer takes, of its default's kind: a typo is one line listing
+    what the mixers take, not a TypeError from deep inside the model build."""
+    if None in taken.values():
+        return
+    takers = [name for name, (_, settings) in taken.items() if key in settings]
+    if not takers:
+        raise UserError(f'--mixer {spec}: no mixer here has a setting {key!r}; ' + '; '.join(
+            f'{name} ({cls}) takes ' + (', '.join(
+                k if d is inspect.Parameter.empty else f'{k}={d!r}' for k, d in settings.items())
+                or 'none') for name, (cls, settings) in taken.items()))
+    for name in takers:
+        cls, settings = taken[name]
+        if not _same_kind(value, settings[key]):
+            raise UserError(f'--mixer {spec}: {key} takes values like its default '
+                            f'{settings[key]!r} ({type(settings[key]).__name__}), got {value!r} '
+                            f'({name}: {cls})')
+
+
+def _same_kind(value, default) -> bool:
+    """``value`` can stand where ``default`` does (an int for a float, a list for a tuple)."""
+    if default is None or default is inspect.Parameter.empty:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (tuple, list)):
+        return isinstance(value, (tuple, list))
+    return isinstance(value, type(default))
 
 
 def spec_slug(spec: str) -> str:
@@ -147,27 +199,26 @@ def use_local_pretrained(backbone: dict, pretrained_dir: str = PRETRAINED_DIR) -
     ``pretrained_dir/mit_<size>.pth`` (the SegFormer authors' file) or the file name of the
     config's URL there (mmseg's conversion, e.g. ``mit_b0_20220624-7e0fe6dd.pth``), the first
     that exists, else the first of these names: the training preflight refuses a missing file
-    unless ``--from-scratch``. A backbone of no MiT size drops ``init_cfg`` with one line.
+    unless ``--from-scratch``. A backbone that names no weights (the demo config) keeps its
+    own initialisation: ``--mixer`` asks for weights only where the config does.
 
     Returns:
-        str | None: The checkpoint path named, or None (no MiT weights apply).
+        str | None: The checkpoint path named, or None (the config names no weights).
     """
     init_cfg = backbone.get('init_cfg') or {}
     named = init_cfg.get('checkpoint') if isinstance(init_cfg, dict) else None
     named = named or backbone.get('pretrained')
     backbone['pretrained'] = None
+    if not named:
+        # The config starts from its own initialisation (the demo config): so does its --mixer
+        # form; weights are looked for only where the config asked for some.
+        return None
     size = mit_size(backbone)
-    candidates = [named] if named and not _is_url(named) else []
+    candidates = [] if _is_url(named) else [named]
     if size is not None:
         candidates.append(osp.join(pretrained_dir, f'mit_{size}.pth'))
     if _is_url(named):
         candidates.append(osp.join(pretrained_dir, osp.basename(named)))
-    if not candidates:
-        backbone['init_cfg'] = None
-        print_log('--mixer: the backbone sizes match no SegFormer MiT (b0-b5), so no MiT '
-                  'ImageNet weights apply; training from scratch', logger='current',
-                  level=logging.WARNING)
-        return None
     found = next((path for path in candidates if osp.isfile(path)), candidates[0])
     backbone['init_cfg'] = dict(type='Pretrained', checkpoint=found)
     if osp.isfile(found):

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import os.path as osp
+import stat
 import sys
 
 import torch
@@ -90,6 +91,8 @@ def publish(checkpoint: str, out_dir: str, name: str | None = None) -> tuple[str
         lambda path: save_file(tensors, path, metadata={'format': 'pt',
                                                         SAFETENSORS_META_KEY: json.dumps(meta)}),
         out_dir, name, '.safetensors')
+    # safetensors creates its file 0600; published weights are read by others as the .pth is
+    os.chmod(safetensors, stat.S_IMODE(os.stat(pth).st_mode))
     return pth, safetensors
 
 

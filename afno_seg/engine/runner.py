@@ -30,10 +30,14 @@ from .errors import UserError
 from .precision import apply_precision, apply_test_precision
 from .preemption import TrainingInterrupted, restart_count, stop_signals_released
 from .preflight import check_before_runner, check_checkpoint, check_config_checkpoints
+from .results import print_results, test_results, train_results
 
-__all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'load_config', 'run_test',
-           'run_tool', 'run_train', 'write_switched_config']
+__all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'check_config_path',
+           'load_config', 'run_test', 'run_tool', 'run_train', 'write_switched_config']
 
+#: What mmengine's Config.fromfile reads, and the files the tools read as checkpoints.
+CONFIG_SUFFIXES = ('.py', '.yml', '.yaml', '.json')
+CHECKPOINT_SUFFIXES = ('.pth', '.pt', '.ckpt', '.safetensors', '.bin')
 # True inside run_tool (a failure then ends the process); a context variable, so no state
 # outlives the call.
 _IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
@@ -45,9 +49,7 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
     """``Config.fromfile`` of a path or ``mmseg::...`` config plus mmseg's tool conventions
     (``--cfg-options``, default work_dir), then ``--mixer`` (:func:`switch_mixer`; ``pretrained``
     False: no MiT weights named); a missing file is one :class:`UserError` line."""
-    path = resolve_config_path(config)
-    if not osp.isfile(path):
-        raise UserError(f'config file not found: {config}')
+    path = check_config_path(config)
     cfg = Config.fromfile(path)
     cfg.launcher = launcher
     if cfg_options:
@@ -57,6 +59,23 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
     return switch_mixer(cfg, mixer, pretrained, default_work_dir=work_dir is None)
+
+
+def check_config_path(config: str, checkpoint: str | None = None) -> str:
+    """The file of ``config`` (``mmseg::`` resolved), refused in one line when it is missing or
+    no config (mmengine reads .py/.yml/.yaml/.json; its own refusal is a traceback): a checkpoint
+    given as the config, or config and ``checkpoint`` swapped, is named as such."""
+    path = resolve_config_path(config)
+    if Path(path).suffix in CONFIG_SUFFIXES:
+        if not osp.isfile(path):
+            raise UserError(f'config file not found: {config}')
+        return path
+    if checkpoint is not None and Path(checkpoint).suffix in CONFIG_SUFFIXES:
+        raise UserError(f'{config} looks like a checkpoint and {checkpoint} like a config: '
+                        'swap them (the config comes first, then the checkpoint)')
+    looks = 'looks like a checkpoint' if Path(path).suffix in CHECKPOINT_SUFFIXES else 'is not one'
+    raise UserError(f'{config}: a config is a {"/".join(CONFIG_SUFFIXES)} file and this {looks}; '
+                    'the tools take the config first, then the checkpoint')
 
 
 def write_switched_config(config: str, spec: str | None, out_dir: str,
@@ -206,6 +225,7 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
     runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
     with trusted_checkpoints(trust):
         runner.train()
+    print_results(train_results(runner))
 
 
 def run_test(config: str, checkpoint: str, work_dir: str | None = None,
@@ -216,6 +236,7 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
     as :func:`run_train` does, ``edit(cfg)`` it (``--tta``, ``--show``, ...), evaluate in
     ``precision``; a checkpoint that does not fit the model is refused, not evaluated with random
     weights."""
+    check_config_path(config, checkpoint)  # swapped arguments named before either is read
     if not trust:
         check_checkpoint(checkpoint)  # a bad/unsafe file named at once, before the Runner
     cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer, pretrained=False)
@@ -228,13 +249,15 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
     runner.register_hook(CheckpointFitHook(strict=True,
                                            new_prefixes=cfg.get('checkpoint_new_keys', ())))
     with trusted_checkpoints(trust):
-        runner.test()
+        metrics = runner.test()
+    print_results(test_results(runner, metrics))
 
 
 def run_tool(main: Callable[[], None]) -> int:
-    """Run a tool's main and return its exit status: 1 with the message alone on stderr for a
-    :class:`UserError`, a dead or stuck data-loader worker or a dead rank; 75 for a stop signal
-    (:class:`~.preemption.TrainingInterrupted`, logged by the checkpoint hook).
+    """Run a tool's main and return its exit status (main's own when it returns an int): 1 with
+    the message alone on stderr for a :class:`UserError`, a dead or stuck data-loader worker or
+    a dead rank; 75 for a stop signal (:class:`~.preemption.TrainingInterrupted`, logged by the
+    checkpoint hook).
 
     A torchrun child then leaves without interpreter finalization (output and logs flushed):
     gloo's threads, still referenced by DDP objects only the garbage collector frees, could
@@ -243,7 +266,8 @@ def run_tool(main: Callable[[], None]) -> int:
     code, peers_lost = 0, False
     token = _IN_TOOL.set(True)
     try:
-        main()
+        result = main()
+        code = result if isinstance(result, int) else 0
     except TrainingInterrupted as stop:
         code = stop.exit_code
     except Exception as error:

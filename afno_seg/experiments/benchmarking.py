@@ -9,7 +9,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -135,16 +134,14 @@ def load_average() -> str:
         return 'n/a'
 
 
-def prepare_run(args) -> bool:
-    """Check ``args.device``, set ``args.threads`` and the CPU memory mode ``args.cpu_memory``
-    ('cache': keep freed memory in the heap as tools/train.py does on a CPU, see
-    :mod:`afno_seg.engine.cpu_memory`; then it says what is in effect). False, with a message,
-    when CUDA is asked for and absent."""
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        print('error: --device cuda but no CUDA device', file=sys.stderr)
-        return False
+def prepare_run(args) -> None:
+    """Check ``args.device`` (:func:`~afno_seg.engine.errors.check_device`: a UserError line),
+    set ``args.threads`` and the CPU memory mode ``args.cpu_memory`` ('cache': keep freed memory
+    in the heap as tools/train.py does on a CPU, see :mod:`afno_seg.engine.cpu_memory`; then it
+    says what is in effect)."""
+    from afno_seg.engine.errors import check_device
+    check_device(args.device)
     torch.set_num_threads(args.threads)
     if args.device == 'cpu' and args.cpu_memory == 'cache':
         from afno_seg.engine.cpu_memory import cache_freed_cpu_memory
         args.cpu_memory = 'cache' if cache_freed_cpu_memory() else 'default (no glibc)'
-    return True

@@ -45,6 +45,7 @@ import time
 import torch
 
 from afno_seg.analysis.report import markdown_table
+from afno_seg.engine.errors import check_device
 from afno_seg.experiments.benchmarking import (
     DTYPES,
     environment,
@@ -111,6 +112,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out', default=osp.join(ROOT, 'docs', 'benchmarks'))
     parser.add_argument('--tag', default='', help='suffix of the output file names')
     args = parser.parse_args(argv)
+    check_device(args.device)  # before the device's properties are read below
     args.command = ' '.join(['python', osp.relpath(__file__, ROOT),
                              *(sys.argv[1:] if argv is None else argv)])
     args.dtypes = args.dtypes or (['fp32', 'bf16'] if args.device == 'cpu' else
@@ -234,8 +236,7 @@ def write_plot(path_prefix, rows, args) -> list[str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not prepare_run(args):
-        return 1
+    prepare_run(args)
     if args.device == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 here
     started, load_before = time.strftime('%Y-%m-%d %H:%M:%S %Z'), load_average()
@@ -267,4 +268,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from afno_seg.engine import run_tool
+    sys.exit(run_tool(main))  # --device cuda without CUDA: one line

@@ -319,8 +319,7 @@ def main(argv=None) -> int:
 
     import afno_seg  # noqa: F401  (registers backbones and mixers)
     args = parse_args(argv)
-    if not prepare_run(args):
-        return 1
+    prepare_run(args)
     device = torch.device(args.device)
     if device.type == 'cuda':
         torch.backends.cudnn.benchmark = True  # fixed input size, as the configs' env_cfg
@@ -347,4 +346,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from afno_seg.engine import run_tool
+    sys.exit(run_tool(main))  # --device cuda without CUDA: one line

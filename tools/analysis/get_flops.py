@@ -52,7 +52,9 @@ def main(argv=None) -> dict:
     from afno_seg.deployment.startup import quiet_known_warnings
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     from afno_seg.analysis.report import breakdown_markdown, summarize, write_report
+    from afno_seg.engine.errors import check_device
     args = parse_args(argv)
+    check_device(args.device)
     shape = image_shape(args.shape)
     result = analyze_config(args.config, shape, args.cfg_options, args.device,
                             args.real_attention, args.mixer)
@@ -66,6 +68,8 @@ def main(argv=None) -> dict:
     if args.out:
         for path in write_report(args.out, result, markdown):
             print(f'wrote {path}')
+    else:
+        print('results: the table above (--out PATH also writes PATH.json and PATH.md)')
     return result
 
 

@@ -19,12 +19,14 @@ mixer_switch.py``).
 
 Examples::
 
-    python tools/analysis/mixer_table.py --out docs/generated/mixer_table_b3_1024
+    python tools/analysis/mixer_table.py --out work_dirs/flops/mixer_table_b3_1024
     python tools/analysis/mixer_table.py --cfg-options model.decode_head.channels=256
-    python tools/analysis/mixer_table.py --sweep --plot docs/mixer_complexity.png \
-        --out docs/generated/mixer_complexity
-    python tools/analysis/mixer_table.py --scaling --plot docs/mixer_scaling.png \
-        --out docs/generated/mixer_scaling
+    python tools/analysis/mixer_table.py --sweep --plot work_dirs/flops/mixer_complexity.png \
+        --out work_dirs/flops/mixer_complexity
+    python tools/analysis/mixer_table.py --scaling --plot work_dirs/flops/mixer_scaling.png \
+        --out work_dirs/flops/mixer_scaling
+
+(docs/flops.md's figures and docs/generated/ are copies of such outputs.)
 """
 import argparse
 import sys
@@ -127,7 +129,9 @@ def main(argv=None) -> dict:
     from afno_seg.deployment.startup import quiet_known_warnings
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
     from afno_seg.analysis.report import write_report
+    from afno_seg.engine.errors import check_device
     args = parse_args(argv)
+    check_device(args.device)
     if args.scaling:
         from afno_seg.analysis.scaling import run_scaling
         payload, markdown = run_scaling(args.mixer or list(mixer_variants()), args.plot,
@@ -144,4 +148,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    from afno_seg.engine import run_tool
+    sys.exit(run_tool(main))  # --device cuda without CUDA, an unknown mixer: one line

@@ -143,11 +143,10 @@ def main(argv=None) -> int:
     from mmengine.registry import init_default_scope
 
     import afno_seg  # noqa: F401  (registers backbones, mixers, the CPU optimizer wrapper)
+    from afno_seg.engine.errors import check_device
     from afno_seg.experiments.benchmarking import environment
     args = parse_args(argv)
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        print('error: --device cuda but no CUDA device', file=sys.stderr)
-        return 1
+    check_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -173,4 +172,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from afno_seg.engine import run_tool
+    sys.exit(run_tool(main))  # --device cuda without CUDA: one line

@@ -208,6 +208,7 @@ def main(argv=None) -> int:
         f.write(f'`{command}` ({args.threads} thread(s), median of {args.repeats})\n\n')
         f.write(markdown_table(results))
     print(markdown_table(results))
+    print(f'wrote {osp.join(out, "benchmark_onnx.csv")}, {osp.join(out, "benchmark_onnx.md")}')
     return 0
 
 
