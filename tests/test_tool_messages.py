@@ -72,17 +72,21 @@ def test_the_demo_config_needs_no_mit_weights_under_mixer(tmp_path, monkeypatch)
 
 
 def test_swapped_config_and_checkpoint_are_named(capsys, tmp_path):
+    """Training's test, inference and export all say which argument is which."""
     checkpoint = str(tmp_path / 'iter_6.pth')
-    err = one_line(capsys, 'tools/test.py', checkpoint, TINY_CONFIG)
-    assert f'{checkpoint} looks like a checkpoint and {TINY_CONFIG} like a config: swap them' in err
     image = tmp_path / 'image.png'
     image.write_bytes(b'')  # named, never read: the config is refused first
-    for tool, extra in [('tools/inference.py', [str(image), '--out-dir', str(tmp_path / 'o')]),
+    for tool, extra in [('tools/test.py', []),
+                        ('tools/inference.py', [str(image), '--out-dir', str(tmp_path / 'o')]),
                         ('tools/deployment/pytorch2onnx.py', ['--shape', '64', '64', '--out',
                                                               str(tmp_path / 'm.onnx')])]:
         err = one_line(capsys, tool, checkpoint, TINY_CONFIG, *extra)
-        assert f'{checkpoint}: a config is a .py/.yml/.yaml/.json file and this looks like a ' \
-               'checkpoint; the tools take the config first' in err, err
+        assert f'{checkpoint} looks like a checkpoint and {TINY_CONFIG} like a config: ' \
+               'swap them' in err, (tool, err)
+    err = one_line(capsys, 'tools/inference.py', checkpoint, str(image), str(image),
+                   '--out-dir', str(tmp_path / 'o'))
+    assert f'{checkpoint}: a config is a .py/.yml/.yaml/.json file and this looks like a ' \
+           'checkpoint; the tools take the config first' in err, err
 
 
 DEVICE_TOOLS = [

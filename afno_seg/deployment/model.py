@@ -6,15 +6,14 @@ a wrong file is refused, not run with random weights; classes and palette).
 """
 import logging
 
-import torch
 from mmengine.config import Config
 
 from ..decode_heads import use_low_res_fusion
 from ..engine.checkpoint import load_checkpoint_file
 from ..engine.checkpoint_fit import load_weights
-from ..engine.errors import UserError
+from ..engine.errors import UserError, check_device
 from ..engine.preflight import check_model_types
-from ..engine.runner import load_config
+from ..engine.runner import check_config_path, load_config
 
 __all__ = ['dataset_meta_for', 'load_segmentor', 'set_inference_mode']
 
@@ -82,10 +81,10 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
         The ``EncoderDecoder`` in eval mode on ``device``, with ``model.cfg`` and
         ``model.dataset_meta``; a ``SegformerHead`` is built as ``LowResFusionSegformerHead``.
     """
-    cfg = load_config(config, cfg_options=cfg_options)  # a missing file: one line
+    check_config_path(config, checkpoint)  # missing, or swapped with the checkpoint: one line
+    cfg = load_config(config, cfg_options=cfg_options)
     loaded = load_checkpoint_file(checkpoint, map_location='cpu')  # refused before any build
-    if device.startswith('cuda') and not torch.cuda.is_available():
-        raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
+    check_device(device)
     check_model_types(cfg)
     set_inference_mode(cfg, mode)
     use_low_res_fusion(cfg.model)
