@@ -144,16 +144,16 @@ class SlurmCluster:
         self._wait(lambda: 'idle' in self.client('sinfo', '-h', '-N', '-o', '%T').stdout,
                    'the node (sinfo)')
 
-    def _spawn(self, *command: str) -> None:
-        log = open(self.folder / f'{command[0]}.out', 'w')
-        self.processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL))
+    def _spawn(self, daemon: str, *arguments: str) -> None:
+        log = open(self.folder / f'{daemon}.out', 'w')
+        self.processes.append(subprocess.Popen([which(daemon), *arguments], stdout=log,
+                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         log.close()
 
     def _wait(self, ready, what: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ready():
-            stopped = [p.args[0] for p in self.processes if p.poll() is not None]
+            stopped = [Path(p.args[0]).name for p in self.processes if p.poll() is not None]
             if stopped or time.monotonic() > deadline:
                 raise RuntimeError(f'{", ".join(stopped) or what} did not start: '
                                    f'{self.log_tail()}')
@@ -199,8 +199,14 @@ class SlurmCluster:
                 process.wait()
 
 
+def which(tool: str) -> str | None:
+    """``tool``'s path, the sbin folders included (a user's PATH often lacks them)."""
+    return shutil.which(tool, path=os.pathsep.join([os.environ.get('PATH', ''), '/usr/sbin',
+                                                    '/sbin']))
+
+
 def why_no_slurm() -> str | None:
-    missing = [tool for tool in DAEMONS + CLIENTS if shutil.which(tool) is None]
+    missing = [tool for tool in DAEMONS + CLIENTS if which(tool) is None]
     if missing:
         return (f'Slurm is not installed (missing {", ".join(missing)}): on Debian apt-get install '
                 'slurmctld slurmd slurm-client munge, as .ci/run does when root')
