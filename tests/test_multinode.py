@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -58,16 +59,22 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def kill_node(node: subprocess.Popen) -> None:
+    """SIGKILL a node's launcher, its torchrun and its worker, if still running."""
+    if node.poll() is None:
+        for pid in descendants(node.pid):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        node.wait()
+
+
 def wait_all(nodes: list[subprocess.Popen], timeout: float = NODE_TIMEOUT_S) -> None:
     try:
         for node in nodes:
             node.wait(timeout=timeout)
     finally:
         for node in nodes:
-            if node.poll() is None:
-                for pid in descendants(node.pid):
-                    os.kill(pid, signal.SIGKILL)
-                node.wait()
+            kill_node(node)
 
 
 @pytest.mark.slow
@@ -103,14 +110,13 @@ def test_a_killed_node_makes_the_other_exit_with_one_line(tiny_demo_data, tmp_pa
             assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), \
                 node1_log.read_text()[-3000:]
             time.sleep(0.02)
-        for pid in descendants(nodes[1].pid):
-            os.kill(pid, signal.SIGKILL)
+        kill_node(nodes[1])
         killed_at = time.monotonic()
-        nodes[1].wait()
         nodes[0].wait(timeout=120)
         elapsed = time.monotonic() - killed_at
     finally:
-        wait_all(nodes, timeout=1)
+        for node in nodes:
+            kill_node(node)
     output = (tmp_path / 'node0.log').read_text()
     assert nodes[0].returncode != 0
     assert re.search(r'error: rank 0: a collective operation with the other ranks failed in '

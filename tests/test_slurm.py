@@ -230,6 +230,14 @@ def slurm(tmp_path_factory):
     cluster.stop()
 
 
+@pytest.fixture
+def cluster(slurm):
+    """The module's cluster for one test; a job that test leaves running is cancelled, so a
+    failure does not keep the next test's job pending."""
+    yield slurm
+    slurm.client('scancel', '--user=root')
+
+
 def write_slurm_config(folder: Path, *hooks: str) -> str:
     """tests/test_preemption.py's fault config (drop-path, dropout, RNG state, a checkpoint every
     2 iterations) with the seam above and ``hooks``."""
@@ -320,7 +328,7 @@ def test_sbatch_requeue_job_trains_to_completion_on_a_cpu_partition(slurm, unint
 
 
 def test_scancel_usr1_checkpoints_exits_75_requeues_and_resumes_to_the_same_weights(
-        slurm, uninterrupted_job, tiny_demo_data, tmp_path):
+        cluster, uninterrupted_job, tiny_demo_data, tmp_path):
     """``scancel --signal=USR1`` before iteration 3: both tasks save iteration 3 and exit 75,
     slurm_train.sh runs ``scontrol requeue``, the requeued job (SLURM_RESTART_COUNT=1) resumes
     from iteration 3 by itself and ends bitwise equal to the uninterrupted job."""
@@ -330,14 +338,14 @@ def test_scancel_usr1_checkpoints_exits_75_requeues_and_resumes_to_the_same_weig
     config = write_slurm_config(
         tmp_path, f"dict(type='WaitForStopSignalHook', at=3, folder={str(markers)!r})")
     log = tmp_path / 'job.log'
-    job_id = sbatch(slurm, slurm_train_command(config, 'afno', tiny_demo_data, tmp_path / 'work'),
-                    job_env(slurm, tmp_path), log)
+    job_id = sbatch(cluster, slurm_train_command(config, 'afno', tiny_demo_data, tmp_path / 'work'),
+                    job_env(cluster, tmp_path), log)
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while len(list(markers.glob('rank*.waiting'))) < 2:
-        assert time.monotonic() < deadline and not finished(slurm.job(job_id)), log.read_text()
+        assert time.monotonic() < deadline and not finished(cluster.job(job_id)), log.read_text()
         time.sleep(0.1)
-    slurm.client('scancel', '--signal=USR1', job_id, check=True)
-    fields = slurm.wait_for_job(job_id, finished)
+    cluster.client('scancel', '--signal=USR1', job_id, check=True)
+    fields = cluster.wait_for_job(job_id, finished)
     output = log.read_text()
     assert (fields['JobState'], fields['ExitCode'], fields['Restarts']) == ('COMPLETED', '0:0',
                                                                             '1'), output[-4000:]
@@ -352,7 +360,7 @@ def test_scancel_usr1_checkpoints_exits_75_requeues_and_resumes_to_the_same_weig
                                read_checkpoint(work_dir / f'iter_{MAX_ITERS}.pth'))
 
 
-def test_time_limit_warning_saves_before_slurm_kills_the_job(slurm, tiny_demo_data, tmp_path):
+def test_time_limit_warning_saves_before_slurm_kills_the_job(cluster, tiny_demo_data, tmp_path):
     """slurm_train.sh outside a batch job (its srun makes the allocation, SIGNAL_LEAD=120): once
     both tasks train, the job's time limit is cut to leave 45-105 s. Slurm checks limits every
     30 s: at its next check it sends SIGUSR1, the tasks save the iteration and exit 75, and the
@@ -363,7 +371,7 @@ def test_time_limit_warning_saves_before_slurm_kills_the_job(slurm, tiny_demo_da
     config = write_slurm_config(
         tmp_path, f"dict(type='WaitForStopSignalHook', at=3, folder={str(markers)!r})")
     work_dir = tmp_path / 'work'
-    env = job_env(slurm, tmp_path, SRUN_ARGS='--time=5', SIGNAL_LEAD='120', MAX_REQUEUES='0')
+    env = job_env(cluster, tmp_path, SRUN_ARGS='--time=5', SIGNAL_LEAD='120', MAX_REQUEUES='0')
     with open(tmp_path / 'output.log', 'w') as log:
         process = subprocess.Popen(
             slurm_train_command(config, 'afno-time', tiny_demo_data, work_dir), cwd=ROOT,
@@ -374,11 +382,11 @@ def test_time_limit_warning_saves_before_slurm_kills_the_job(slurm, tiny_demo_da
             assert time.monotonic() < deadline and process.poll() is None, \
                 (tmp_path / 'output.log').read_text()[-4000:]
             time.sleep(0.1)
-        job_id = slurm.client('squeue', '-h', '--name=afno-time', '-o', '%i',
+        job_id = cluster.client('squeue', '-h', '--name=afno-time', '-o', '%i',
                               check=True).stdout.strip()
-        elapsed = seconds(slurm.job(job_id)['RunTime'])
+        elapsed = seconds(cluster.job(job_id)['RunTime'])
         limit_min = -(-(elapsed + 45) // 60)
-        slurm.client('scontrol', 'update', f'JobId={job_id}', f'TimeLimit={limit_min}',
+        cluster.client('scontrol', 'update', f'JobId={job_id}', f'TimeLimit={limit_min}',
                      check=True)
         process.wait(timeout=JOB_TIMEOUT_S)
     finally:
@@ -389,7 +397,7 @@ def test_time_limit_warning_saves_before_slurm_kills_the_job(slurm, tiny_demo_da
     assert 'Saving checkpoint at 3 iterations (stop signal SIGUSR1)' in output, output[-4000:]
     assert 'after 0 reruns; giving up; to continue, run it again with --resume' in output
     assert complete_checkpoint_named_by(work_dir) == 3
-    job = slurm.job(job_id)
+    job = cluster.job(job_id)
     # FAILED (exit code 75), or CANCELLED when srun's --kill-on-bad-exit ended the step after the
     # first task's 75: either way not TIMEOUT, and well within the limit.
     assert job['JobState'] != 'TIMEOUT' and 'DUE TO TIME LIMIT' not in output, job
