@@ -315,6 +315,7 @@ def test_slurm_task_environment_becomes_torchs(monkeypatch):
 # --------------------------------------------------------------------------- on the cluster
 
 
+@pytest.mark.slow
 def test_sbatch_requeue_job_trains_to_completion_on_a_cpu_partition(slurm, uninterrupted_job):
     """2 tasks, no --gres, --launcher slurm with gloo: the job completes, checkpoint and log
     written (and ``srun -n2`` answers at all)."""
@@ -328,6 +329,7 @@ def test_sbatch_requeue_job_trains_to_completion_on_a_cpu_partition(slurm, unint
     assert len(list(work_dir.glob('*/*.log'))) == 1
 
 
+@pytest.mark.slow
 def test_scancel_usr1_checkpoints_exits_75_requeues_and_resumes_to_the_same_weights(
         cluster, uninterrupted_job, tiny_demo_data, tmp_path):
     """``scancel --signal=USR1`` before iteration 3: both tasks save iteration 3 and exit 75,
@@ -362,6 +364,7 @@ def test_scancel_usr1_checkpoints_exits_75_requeues_and_resumes_to_the_same_weig
                                read_checkpoint(work_dir / f'iter_{MAX_ITERS}.pth'))
 
 
+@pytest.mark.slow
 def test_time_limit_warning_saves_before_slurm_kills_the_job(cluster, tiny_demo_data, tmp_path):
     """slurm_train.sh outside a batch job (its srun makes the allocation, SIGNAL_LEAD=120): once
     both tasks train, the job's time limit is cut to leave 45-105 s. Slurm checks limits every
