@@ -2,10 +2,18 @@
 # Training on a Slurm cluster (mmseg's slurm_train.sh interface), surviving pre-emption and the
 # time limit.
 #   GPUS=16 bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG [train.py args]
+#   CPU partition: GPUS=2 GPUS_PER_NODE=0 CPUS_PER_TASK=1 bash tools/slurm_train.sh cpu job CONFIG
 #
-# srun asks Slurm for SIGUSR1 SIGNAL_LEAD seconds (default 180) before the time limit; train.py
-# then (as on SIGTERM, which pre-emption sends) finishes its iteration, saves a checkpoint and
-# exits with status 75 (docs/reliability.md). On status 75 this script
+# GPUS is the number of tasks (one process each); GPUS_PER_NODE=0 asks for no GPUs (no --gres,
+# which a partition without GPUs refuses), and tasks are then placed TASKS_PER_NODE to a node
+# (default: as Slurm chooses). The tasks join one process group (--launcher slurm; gloo without
+# CUDA).
+#
+# srun asks Slurm for SIGUSR1 SIGNAL_LEAD seconds (default 180) before the time limit (measured on
+# Slurm 22.05: only when this srun makes the allocation; inside an sbatch job ask sbatch for
+# --signal=USR1@180). train.py then (as on SIGTERM, which pre-emption sends, and on
+# `scancel --signal=USR1`) finishes its iteration, saves a checkpoint and exits with status 75
+# (docs/reliability.md). On status 75 this script
 #   - inside a batch job (SLURM_JOB_ID set, e.g. sbatch --requeue wrapping this script):
 #     `scontrol requeue $SLURM_JOB_ID`; the requeued job runs again and train.py resumes by itself
 #     (SLURM_RESTART_COUNT > 0);
@@ -18,6 +26,7 @@ JOB_NAME=$2
 CONFIG=$3
 GPUS=${GPUS:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+TASKS_PER_NODE=${TASKS_PER_NODE:-$([ "$GPUS_PER_NODE" -gt 0 ] && echo "$GPUS_PER_NODE")}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
 SIGNAL_LEAD=${SIGNAL_LEAD:-180}
@@ -26,14 +35,21 @@ INTERRUPTED=75
 here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-$( [ -x "$here/../.venv/bin/python" ] && echo "$here/../.venv/bin/python" || echo python )}
 
+placement=()
+if [ "$GPUS_PER_NODE" -gt 0 ]; then
+    placement+=(--gres=gpu:"$GPUS_PER_NODE")
+fi
+if [ -n "$TASKS_PER_NODE" ]; then
+    placement+=(--ntasks-per-node="$TASKS_PER_NODE")
+fi
 resume=()
-for attempt in $(seq 0 "$MAX_REQUEUES"); do
+attempt=0
+while true; do
     PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" \
     srun -p "$PARTITION" \
         --job-name="$JOB_NAME" \
-        --gres=gpu:"$GPUS_PER_NODE" \
         --ntasks="$GPUS" \
-        --ntasks-per-node="$GPUS_PER_NODE" \
+        "${placement[@]}" \
         --cpus-per-task="$CPUS_PER_TASK" \
         --kill-on-bad-exit=1 \
         --signal=USR1@"$SIGNAL_LEAD" \
@@ -49,9 +65,13 @@ for attempt in $(seq 0 "$MAX_REQUEUES"); do
         scontrol requeue "$SLURM_JOB_ID"
         exit $?
     fi
+    if [ "$attempt" -ge "$MAX_REQUEUES" ]; then
+        echo "slurm_train.sh: training interrupted (status $status) after $MAX_REQUEUES reruns;" \
+             "giving up; to continue, run it again with --resume" >&2
+        exit "$INTERRUPTED"
+    fi
+    attempt=$((attempt + 1))
     echo "slurm_train.sh: training interrupted (status $status); running it again with --resume" \
-         "($((attempt + 1)) of $MAX_REQUEUES)" >&2
+         "($attempt of $MAX_REQUEUES)" >&2
     resume=(--resume)
 done
-echo "slurm_train.sh: still interrupted after $MAX_REQUEUES reruns; giving up" >&2
-exit "$INTERRUPTED"

@@ -1,26 +1,32 @@
 """Distributed runs on CPUs (gloo), with nothing changed on GPUs, and one line when a rank dies.
 
-mmengine 0.10.7's ``init_dist('pytorch')`` calls ``torch.cuda.set_device`` unconditionally, so
-without CUDA :func:`init_cpu_process_group` starts the gloo group before the Runner is built
-(which then skips its own ``init_dist``). When a rank dies (OOM killer, a node failure) the others
-fail in their next collective, naming an address, not a rank, or only after the collective
+mmengine 0.10.7's ``init_dist('pytorch')`` and ``init_dist('slurm')`` call
+``torch.cuda.set_device`` unconditionally ("Found no NVIDIA driver" on a CPU node), so without CUDA
+:func:`init_cpu_process_group` starts the gloo group before the Runner is built (which then skips
+its own ``init_dist``); for ``--launcher slurm`` it first turns the task's Slurm variables into
+torch's (:func:`slurm_rendezvous_environment`). When a rank dies (OOM killer, a node failure) the
+others fail in their next collective, naming an address, not a rank, or only after the collective
 timeout when it hangs; :func:`explain_collective_failure` names the ranks no longer running,
 from the hosts and process ids :func:`record_peers` gathered (docs/reliability.md, "Dead ranks").
 """
 import datetime
 import os
 import socket
+import subprocess
 import time
 
 import torch.distributed as dist
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 
-from .errors import error_chain
+from .errors import UserError, error_chain
 
 __all__ = ['DEFAULT_COLLECTIVE_TIMEOUT_S', 'explain_collective_failure', 'init_cpu_process_group',
-           'process_running', 'record_peers']
+           'process_running', 'record_peers', 'slurm_rendezvous_environment']
 
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
+# --launcher slurm without MASTER_PORT: a port from the job id, so that two jobs sharing a node do
+# not both bind torch's default 29500 ("address already in use"); a requeued job keeps its id.
+SLURM_BASE_PORT, SLURM_PORT_SPAN = 29500, 1000
 PEER_EXIT_WAIT_S = 3.0
 # Fragments of the errors gloo, NCCL and c10d raise when a peer is gone or silent.
 _PEER_FAILURE_MARKERS = ('gloo', 'NCCL', 'ProcessGroup', 'c10d', 'Connection reset by peer',
@@ -29,17 +35,53 @@ _PEER_FAILURE_MARKERS = ('gloo', 'NCCL', 'ProcessGroup', 'c10d', 'Connection res
 _peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
 
 
-def init_cpu_process_group(timeout_s: float | None = None) -> None:
-    """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*;
-    ``timeout_s``: how long a collective waits for a silent peer before it fails, in seconds as
-    mmengine's ``env_cfg.dist_cfg.timeout`` (None: :data:`DEFAULT_COLLECTIVE_TIMEOUT_S`)."""
+def slurm_rendezvous_environment(port: int | None = None) -> dict[str, str]:
+    """torch's ``env://`` variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) for
+    this task of an ``srun`` step, from SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and the step's
+    first node. MASTER_ADDR and MASTER_PORT already set win (as in mmengine's slurm start);
+    ``port`` (``env_cfg.dist_cfg.port``) wins over both; without either the port is
+    ``29500 + SLURM_JOB_ID % 1000``."""
+    missing = [k for k in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_JOB_ID') if k not in os.environ]
+    if missing:
+        raise UserError(f'--launcher slurm needs the environment srun gives its tasks; missing '
+                        f'{missing}. Start with tools/slurm_train.sh or srun.')
+    nodes = os.environ.get('SLURM_STEP_NODELIST') or os.environ.get('SLURM_NODELIST', '')
+    address = os.environ.get('MASTER_ADDR') or _first_host(nodes)
+    if port is None:
+        port = os.environ.get('MASTER_PORT') or \
+            SLURM_BASE_PORT + int(os.environ['SLURM_JOB_ID']) % SLURM_PORT_SPAN
+    return dict(RANK=os.environ['SLURM_PROCID'], WORLD_SIZE=os.environ['SLURM_NTASKS'],
+                LOCAL_RANK=os.environ.get('SLURM_LOCALID', '0'), MASTER_ADDR=address,
+                MASTER_PORT=str(port))
+
+
+def _first_host(nodes: str) -> str:
+    """The first host of a Slurm node list (``node[01-04],gpu7``): Slurm's own expansion."""
+    if not any(c in nodes for c in '[,'):
+        return nodes or '127.0.0.1'
+    hosts = subprocess.run(['scontrol', 'show', 'hostnames', nodes], capture_output=True,
+                           text=True, check=True).stdout.split()
+    return hosts[0]
+
+
+def init_cpu_process_group(timeout_s: float | None = None, launcher: str = 'pytorch',
+                           port: int | None = None) -> None:
+    """Join the gloo process group that ``torchrun`` describes in RANK/WORLD_SIZE/MASTER_*, or
+    with ``launcher='slurm'`` the one of this ``srun`` step (:func:`slurm_rendezvous_environment`,
+    ``port`` passed on); ``timeout_s``: how long a collective waits for a silent peer before it
+    fails, in seconds as mmengine's ``env_cfg.dist_cfg.timeout`` (None:
+    :data:`DEFAULT_COLLECTIVE_TIMEOUT_S`)."""
     if dist.is_initialized():
         return
+    if launcher == 'slurm':
+        # Into os.environ, as mmengine's own slurm start does: env:// reads it, and mmengine's
+        # get_local_rank reads LOCAL_RANK.
+        os.environ.update(slurm_rendezvous_environment(port))
     missing = [k for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
                if k not in os.environ]
     if missing:
-        raise RuntimeError(f'--launcher pytorch needs torchrun\'s environment; missing {missing}. '
-                           'Start with tools/dist_train.sh or torchrun.')
+        raise UserError(f'--launcher pytorch needs torchrun\'s environment; missing {missing}. '
+                        'Start with tools/dist_train.sh or torchrun.')
     timeout = datetime.timedelta(seconds=timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S)
     store, rank, world_size = next(dist.rendezvous('env://', timeout=timeout))
     # torchrun keeps one store across restarts: without a prefix per attempt, a restarted group

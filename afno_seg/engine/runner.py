@@ -187,17 +187,20 @@ def _runner_class(cfg: Config) -> type[Runner]:
 
 def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
     """Check data, work_dir, model types; adapt to the device and ``precision`` (on a CPU also
-    the allocator, :mod:`.cpu_memory`), join a CPU process group, build an
-    :class:`AfnoSegRunner`; ranks note each other (:func:`.record_peers`)."""
+    the allocator, :mod:`.cpu_memory`), join a CPU process group (``--launcher pytorch`` or
+    ``slurm``), build an :class:`AfnoSegRunner`; ranks note each other (:func:`.record_peers`)."""
     check_before_runner(cfg, loaders)
     # a test run builds no optimizer wrapper
     adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',
                            precision=precision if 'train_dataloader' in loaders else None)
     if not torch.cuda.is_available():
         cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
-        if cfg.launcher == 'pytorch':
+        if cfg.launcher in ('pytorch', 'slurm'):
             dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
-            init_cpu_process_group(dist_cfg.get('timeout'))
+            init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
+        elif cfg.launcher == 'mpi':  # mmengine's MPI start calls torch.cuda.set_device
+            raise UserError('--launcher mpi needs CUDA; on CPUs use --launcher pytorch '
+                            '(tools/dist_train.sh) or slurm (tools/slurm_train.sh)')
     runner = _runner_class(cfg).from_cfg(cfg)
     record_peers()
     return runner
