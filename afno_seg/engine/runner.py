@@ -287,7 +287,9 @@ def run_tool(main: Callable[[], None]) -> int:
         if is_distributed() and not peers_lost:
             _leave_process_group()
     # A peer is gone: destroying the group could wait for it; leave at once (bounded exit).
-    if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ:  # set by torchrun for its children
+    # torchrun's children and Slurm's tasks: a fast exit also narrows srun's kill-on-bad-exit
+    # window after a 75 (docs/install.md)
+    if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ or 'SLURM_STEP_ID' in os.environ:
         sys.stdout.flush()
         sys.stderr.flush()
         logging.shutdown()
