@@ -11,8 +11,9 @@ Not required for training: :class:`~afno_seg.backbones.MixerMiT` detects every l
 converts it on load (a transformers folder too). Converting once offline gives the file the
 configs name by default (``data/pretrained/mit_b3.pth``), which mmseg's own MixVisionTransformer
 also loads, and shows the key mapping (``--verbose``). The ImageNet classifier (``head.*``,
-``classifier.*``) and a decode head are dropped. The source is read as data (``.pth`` or ``.safetensors``; a pickle that would import
-code is refused unless ``--trust-checkpoint``); the output is a plain tensor dict.
+``classifier.*``) and a decode head are dropped. The source is read as data (``.pth``,
+``.bin`` or ``.safetensors``; a pickle that would import code is refused unless
+``--trust-checkpoint``); the output is a plain tensor dict.
 
 Renaming (transformers names go to the official ones first, ``kv`` = cat(key, value)):
 ``patch_embed{s}.proj`` -> ``layers.{s-1}.0.projection``,

@@ -76,7 +76,7 @@ def convert(state: dict, source: str) -> dict:
     return out
 
 
-def check_against(config: str, state: dict) -> str:
+def check_against(config: str, state: dict, name: str) -> str:
     """Build ``config``'s model (no pretrained file) and load ``state`` into it, strictly."""
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
@@ -86,7 +86,7 @@ def check_against(config: str, state: dict) -> str:
     cfg = load_config(config, pretrained=False)
     cfg.model.backbone.init_cfg = None
     init_default_scope('mmseg')
-    load_state(MODELS.build(cfg.model), state, 'the converted model', log=False)
+    load_state(MODELS.build(cfg.model), state, name, log=False)
     return cfg.filename
 
 
@@ -101,7 +101,8 @@ def main(argv=None) -> None:
         with open(hf_config) as f:
             labels = json.load(f).get('id2label') or {}
         meta['classes'] = [labels[k] for k in sorted(labels, key=int)]
-    checked = check_against(args.config, state) if args.config else None
+    checked = check_against(args.config, state, f'{args.dst} (converted from {weights})') \
+        if args.config else None
     os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
     torch.save(dict(state_dict=state, meta=meta), args.dst)
     print(f'{weights}: {len(state)} tensors -> {args.dst}'
