@@ -109,8 +109,11 @@ def test_whole_model_logits_equal_transformers(published, tmp_path):
     print(f'{name}: max |logits difference| {(got - expected).abs().max():.2e}, '
           f'max |logit| {expected.abs().max():.1f}')
     assert (got - expected).abs().max() < 1e-4, (got - expected).abs().max()
-    if name == 'b0':  # the classes travel with the weights
+    if name == 'b0':  # the classes travel with the weights; the model exports to ONNX
         assert len(torch.load(out)['meta']['classes']) == 150
+        from afno_seg.deployment import export_onnx, onnx_max_abs_difference, onnx_session
+        path = export_onnx(ours, INPUT[2:], str(tmp_path / 'segformer.onnx'))
+        assert onnx_max_abs_difference(ours, onnx_session(path), x) < 1e-4
 
 
 def test_converter_checks_the_config_and_refuses_a_mit_encoder(published, tmp_path, capsys):
@@ -137,6 +140,12 @@ def test_mit_encoder_equals_transformers_hidden_states(generation, tmp_path):
     if generation == 'hub':
         hf.save_pretrained(tmp_path)
         path = str(tmp_path)
+        # README's two lines: the folder converted offline to the file the configs name
+        tool = load_script('tools/model_converters/mit2afno_seg.py')
+        assert tool.main([path, str(tmp_path / 'mit_b0.pth')]) == 0
+        mmseg_mit = dict(type='MixVisionTransformer', embed_dims=32, num_layers=[2, 2, 2, 2],
+                         num_heads=[1, 2, 5, 8])
+        MODELS.build(mmseg_mit).load_state_dict(torch.load(tmp_path / 'mit_b0.pth'))  # strict
     else:
         path = str(tmp_path / 'state.pth')
         torch.save(hf.state_dict(), path)
