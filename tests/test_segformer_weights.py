@@ -266,3 +266,10 @@ def test_trained_segformer_becomes_afno(tiny_demo_data, tmp_path, capsys):
     afno = [k for k in ours if re.match(r'backbone\.layers\.[01]\.1\.\d+\.attn\.', k)]
     assert int(new.group(1)) == len(afno)
     assert f'{converted}: loaded' in log
+    # the fine-tuned model through the inference tool, with the config the run wrote
+    image = next((tiny_demo_data / 'leftImg8bit' / 'val').rglob('*.png'))
+    derived = next(work_dir.glob('tiny_demo*.py'))
+    load_script('tools/inference.py').main([str(derived), str(work_dir / 'iter_1.pth'),
+                                            str(image), '--out-dir', str(tmp_path / 'pred'),
+                                            '--no-progress'])
+    assert json.loads((tmp_path / 'pred' / 'summary.json').read_text())['num_inputs'] == 1

@@ -23,7 +23,8 @@ Three key layouts exist for the same weights, detected from the keys (:func:`det
 check (:func:`~afno_seg.engine.checkpoint_fit.load_state`): every tensor outside the token mixers
 must load (a miss means a wrong ``arch`` or a wrong file, cheaper found at start-up than after a
 160k-iteration run); mixer tensors load where name and shape match (efficient attention loads
-completely); the classifier ``head.*`` is skipped; the log names every tensor left out.
+completely); classifiers (``head.*``, ``classifier.*``) and a decode head are skipped; the log
+names every tensor left out.
 :func:`mit_position` reads ``layers.{stage}.{slot}[.{layer}.{part}]`` for the cost breakdown and
 the spectrum probe.
 """
