@@ -30,7 +30,8 @@ from conftest import ROOT, load_script
 
 PUBLISHED = ROOT / 'configs' / 'published'
 B3_CITYSCAPES = str(PUBLISHED / 'segformer_mit-b3_cityscapes-1024x1024.py')
-# (transformers sizes, afno_seg overrides): B0 as published; B3's depths at B0's widths / 2.
+B0_ADE20K = str(PUBLISHED / 'segformer_mit-b0_ade20k-512x512.py')
+# transformers sizes: B0 ADE20K as published; B3's depths at half B0's widths, 19 classes.
 SIZES = {
     'b0': dict(depths=[2, 2, 2, 2], hidden_sizes=[32, 64, 160, 256], decoder_hidden_size=256,
                num_labels=150),
@@ -64,17 +65,20 @@ def randomise(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 
 
 def our_model(name: str, checkpoint: str):
-    """The published B3 Cityscapes config resized to ``name``, loaded strictly."""
-    sizes, options = SIZES[name], {}
-    heads = [1, 2, 5, 8]
-    options = {'model.backbone.arch': None, 'model.backbone.init_cfg': None,
-               'model.backbone.embed_dims': sizes['hidden_sizes'][0],
-               'model.backbone.num_layers': sizes['depths'], 'model.backbone.num_heads': heads,
-               'model.decode_head.in_channels': sizes['hidden_sizes'],
-               'model.decode_head.channels': sizes['decoder_hidden_size'],
-               'model.decode_head.num_classes': sizes['num_labels'],
+    """B0: the published B0 ADE20K config as it is; B3's depths: the published B3 Cityscapes
+    config at the small widths. Loaded strictly; SyncBN as BN (one process)."""
+    options = {'model.backbone.init_cfg': None,
                'model.decode_head.norm_cfg': dict(type='BN', requires_grad=True)}
-    cfg = load_config(B3_CITYSCAPES, cfg_options=options, pretrained=False)
+    config = B0_ADE20K
+    if name != 'b0':
+        sizes, config = SIZES[name], B3_CITYSCAPES
+        options.update({'model.backbone.arch': None,
+                        'model.backbone.embed_dims': sizes['hidden_sizes'][0],
+                        'model.backbone.num_layers': sizes['depths'],
+                        'model.backbone.num_heads': [1, 2, 5, 8],
+                        'model.decode_head.in_channels': sizes['hidden_sizes'],
+                        'model.decode_head.channels': sizes['decoder_hidden_size']})
+    cfg = load_config(config, cfg_options=options, pretrained=False)
     init_default_scope('mmseg')
     model = MODELS.build(cfg.model)
     load_weights(model, checkpoint)
@@ -99,7 +103,9 @@ def test_whole_model_logits_equal_transformers(published, tmp_path):
     assert 'segformer.encoder.block.0.0.attention.self.query.weight' in keys
     assert 'decode_head.linear_c.0.proj.weight' in keys
     out = tmp_path / 'converted.pth'
-    load_script('tools/model_converters/segformer2afno_seg.py').main([str(folder), str(out)])
+    checked = ['--config', B0_ADE20K] if name == 'b0' else []  # fits it exactly, or raises
+    load_script('tools/model_converters/segformer2afno_seg.py').main([str(folder), str(out),
+                                                                      *checked])
     ours = our_model(name, str(out))
     x = torch.randn(INPUT, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
