@@ -174,8 +174,8 @@ def test_mit_folder_config_json_is_checked(tmp_path):
     hf.save_pretrained(tmp_path)
     model = MixerMiT(arch='b1', init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path)))
     with pytest.raises(CheckpointMismatchError, match=re.escape(
-            'describes depths [2, 2, 2, 2], widths [32, 64, 160, 256] (MiT-B0); the backbone '
-            'has depths [2, 2, 2, 2], widths [64, 128, 320, 512] (MiT-B1)')):
+            'describes a MiT of depths [2, 2, 2, 2], widths [32, 64, 160, 256]; the backbone '
+            'has depths [2, 2, 2, 2], widths [64, 128, 320, 512]')):
         model.init_weights()
     (tmp_path / 'model.safetensors').unlink()
     with pytest.raises(UserError, match='is a folder without model.safetensors or '
@@ -183,7 +183,7 @@ def test_mit_folder_config_json_is_checked(tmp_path):
         model.init_weights()
     (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'vit'}))
     torch.save({}, tmp_path / 'pytorch_model.bin')
-    with pytest.raises(CheckpointMismatchError, match="model_type 'vit', not a SegFormer"):
+    with pytest.raises(CheckpointMismatchError, match="a MiT of model_type 'vit'"):
         model.init_weights()
 
 

@@ -204,20 +204,13 @@ def check_hf_config(model: nn.Module, weights: str) -> None:
         return
     with open(config) as f:
         hf = json.load(f)
-    from .mixer_mit import ARCH_SETTINGS  # here: mixer_mit imports this module
-    sizes = {arch: (s['num_layers'], [s['embed_dims'] * h for h in s['num_heads']])
-             for arch, s in ARCH_SETTINGS.items()}
-
-    def describe(depths, widths) -> str:
-        name = next((a for a, s in sizes.items() if s == (depths, widths)), None)
-        return f'depths {depths}, widths {widths}' + (f' (MiT-{name.upper()})' if name else '')
-    theirs = (list(hf.get('depths') or []), list(hf.get('hidden_sizes') or []))
-    ours = (list(model.num_layers), [model.embed_dims * h for h in model.num_heads])
-    if hf.get('model_type') != 'segformer' or theirs != ours:
-        what = describe(*theirs) if hf.get('model_type') == 'segformer' else \
-            f'model_type {hf.get("model_type")!r}, not a SegFormer'
+    theirs = f'depths {hf.get("depths")}, widths {hf.get("hidden_sizes")}' \
+        if hf.get('model_type') == 'segformer' else f'model_type {hf.get("model_type")!r}'
+    ours = f'depths {list(model.num_layers)}, widths ' \
+        f'{[model.embed_dims * h for h in model.num_heads]}'
+    if theirs != ours:
         raise CheckpointMismatchError(
-            f'{config} describes {what}; the backbone has {describe(*ours)}: take the weights '
+            f'{config} describes a MiT of {theirs}; the backbone has {ours}: take the weights '
             'of the backbone\'s size or set model.backbone.arch to theirs')
 
 
