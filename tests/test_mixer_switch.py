@@ -189,7 +189,7 @@ def test_pretrained_weights_absent(tmp_path, logged):
         check_config_checkpoints(cfg)
     message = str(error.value)
     assert f"model.backbone.init_cfg.checkpoint='{expected}'" in message
-    assert 'github.com/NVlabs/SegFormer' in message and '--from-scratch' in message
+    assert 'hf download nvidia/mit-b3' in message and '--from-scratch' in message
     assert '\n' not in message
     check_config_checkpoints(cfg, from_scratch=True)
     assert cfg.model.backbone.init_cfg is None
@@ -208,7 +208,7 @@ def test_train_refuses_a_missing_pretrained_file_before_building(route, tmp_path
     err = one_line_error(capsys, 'tools/train.py', *argv, '--work-dir', str(work_dir))
     size = 'b3' if route == 'config' else 'b0'
     assert f"='data/pretrained/mit_{size}.pth' does not exist" in err
-    assert 'github.com/NVlabs/SegFormer' in err and '--from-scratch' in err
+    assert 'hf download nvidia/mit-b3' in err and '--from-scratch' in err
     assert not list(work_dir.glob('*/*.log'))
 
 

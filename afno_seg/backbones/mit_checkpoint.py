@@ -1,7 +1,7 @@
 """MiT's key layout, written once: pretrained MiT files remapped onto MixerMiT, and the place of a
 module in a MiT backbone.
 
-Two key layouts exist for the same weights:
+Three key layouts exist for the same weights, detected from the keys (:func:`detect_layout`):
 
 - official (SegFormer authors' ``mit_b0.pth`` .. ``mit_b5.pth``): ``patch_embed{s}.proj``,
   ``block{s}.{j}.attn.q`` / ``.kv`` / ``.proj`` / ``.sr`` / ``.norm``, ``block{s}.{j}.mlp.fc1`` /
@@ -9,16 +9,27 @@ Two key layouts exist for the same weights:
 - mmseg (``MixVisionTransformer``, stage ``s`` -> index ``s - 1``): ``layers.{i}.0.projection``,
   ``layers.{i}.1.{j}.attn.attn.in_proj_weight`` (= cat(q, kv)), ``.attn.attn.out_proj``,
   ``.attn.sr``, ``.attn.norm``, ``layers.{i}.1.{j}.ffn.layers.{0,1,4}`` (1x1 convs),
-  ``layers.{i}.2``.
+  ``layers.{i}.2``;
+- transformers (Hugging Face ``nvidia/mit-b*``, ``nvidia/segformer-*``; stage ``s`` 0-based,
+  under ``segformer.`` in the ``SegformerFor*`` files): ``encoder.patch_embeddings.{s}``,
+  ``encoder.block.{s}.{j}.attention.self.{query,key,value,sr,layer_norm}``,
+  ``.attention.output.dense``, ``.layer_norm_{1,2}``, ``.mlp.{dense1,dwconv.dwconv,dense2}``,
+  ``encoder.layer_norm.{s}``: the names of the files on the Hub, which ``save_pretrained`` of
+  transformers 5 still writes; its modules' own names (``stages.{s}.blocks.{j}.attention.q_proj``,
+  ...) are read too. Given a folder (as ``hf download`` leaves it), the weights file in it is
+  read; a ``config.json`` beside the weights is checked against the backbone's sizes.
 
 :func:`load_pretrained_mit` is the key remap (:func:`mit_state_dict`) plus the project's one fit
 check (:func:`~afno_seg.engine.checkpoint_fit.load_state`): every tensor outside the token mixers
 must load (a miss means a wrong ``arch`` or a wrong file, cheaper found at start-up than after a
 160k-iteration run); mixer tensors load where name and shape match (efficient attention loads
-completely); the classifier ``head.*`` is skipped; the log names every tensor left out.
+completely); classifiers (``head.*``, ``classifier.*``) and a decode head are skipped; the log
+names every tensor left out.
 :func:`mit_position` reads ``layers.{stage}.{slot}[.{layer}.{part}]`` for the cost breakdown and
 the spectrum probe.
 """
+import json
+import os.path as osp
 import re
 from collections import OrderedDict
 from typing import NamedTuple
@@ -26,11 +37,12 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..engine.checkpoint import read_state_dict, state_dict_of
-from ..engine.checkpoint_fit import FitReport, load_state, mixer_prefixes
+from ..engine.checkpoint import CheckpointError, read_state_dict, state_dict_of
+from ..engine.checkpoint_fit import CheckpointMismatchError, FitReport, load_state, mixer_prefixes
 
-__all__ = ['MitPosition', 'detect_layout', 'load_pretrained_mit', 'mit_position',
-           'mit_state_dict', 'official_to_mmseg']
+__all__ = ['HF_WEIGHTS', 'MitPosition', 'check_hf_config', 'detect_layout', 'load_pretrained_mit',
+           'mit_position', 'mit_state_dict', 'official_to_mmseg', 'transformers_to_official',
+           'weights_file']
 
 #: A module of a MiT backbone (MixerMiT and mmseg's MixVisionTransformer share the tree), by its
 #: name in the backbone or in a model around it: slot 0 the patch embedding, 1 the encoder layers
@@ -56,14 +68,66 @@ def mit_position(name: str) -> MitPosition | None:
 
 
 def detect_layout(keys) -> str:
-    """'official' (SegFormer release) or 'mmseg' (MixVisionTransformer / MixerMiT)."""
+    """'official' (SegFormer release), 'mmseg' (MixVisionTransformer / MixerMiT) or
+    'transformers' (Hugging Face)."""
     keys = list(keys)
     if any(k.startswith(('patch_embed1.', 'block1.')) for k in keys):
         return 'official'
     if any(k.startswith('layers.') for k in keys):
         return 'mmseg'
+    if any(_HF_KEY.match(k) for k in keys):
+        return 'transformers'
     raise ValueError('not a MiT checkpoint: expected keys like "patch_embed1.proj.weight" '
-                     f'(official) or "layers.0.0.projection.weight" (mmseg); got {keys[:5]}')
+                     '(official), "layers.0.0.projection.weight" (mmseg) or '
+                     f'"segformer.encoder.patch_embeddings.0.proj.weight" (transformers); got '
+                     f'{keys[:5]}')
+
+
+# transformers -> official. A key: optional ``segformer.``, then the Hub files' names
+# (``encoder.{kind}.{stage}.``) or transformers 5's module names (``stages.{stage}.{kind}.``).
+_HF_KEY = re.compile(r'^(?:segformer\.)?(?:encoder\.(patch_embeddings|block|layer_norm)\.(\d+)|'
+                     r'stages\.(\d+)\.(patch_embeddings|blocks|layer_norm))\.(.*)$')
+# Names below ``block{s}.{j}.`` (both generations); ``k``/``v`` are joined into ``kv`` after.
+_HF_BLOCK = {'layer_norm_1.': 'norm1.', 'layernorm_before.': 'norm1.',
+             'layer_norm_2.': 'norm2.', 'layernorm_after.': 'norm2.',
+             'attention.self.query.': 'attn.q.', 'attention.q_proj.': 'attn.q.',
+             'attention.self.key.': 'attn.k.', 'attention.k_proj.': 'attn.k.',
+             'attention.self.value.': 'attn.v.', 'attention.v_proj.': 'attn.v.',
+             'attention.self.sr.': 'attn.sr.',
+             'attention.sequence_reduction.sequence_reduction.': 'attn.sr.',
+             'attention.self.layer_norm.': 'attn.norm.',
+             'attention.sequence_reduction.layer_norm.': 'attn.norm.',
+             'attention.output.dense.': 'attn.proj.', 'attention.o_proj.': 'attn.proj.',
+             'mlp.dense1.': 'mlp.fc1.', 'mlp.dense2.': 'mlp.fc2.'}
+
+
+def transformers_to_official(state_dict: dict[str, Tensor]) -> OrderedDict:
+    """A transformers SegFormer state dict with the encoder in the official layout (``kv`` =
+    cat(key, value)); other keys (``classifier.*``, ``decode_head.*``) are kept as they are."""
+    converted = OrderedDict()
+    for key, value in state_dict.items():
+        m = _HF_KEY.match(key)
+        if m is None:
+            converted[key] = value
+            continue
+        kind, stage, stage5, kind5, name = m.groups()
+        kind, stage = kind or kind5, int(stage or stage5) + 1
+        if kind == 'patch_embeddings':
+            key = f'patch_embed{stage}.' + name.replace('layer_norm.', 'norm.')
+        elif kind == 'layer_norm':
+            key = f'norm{stage}.{name}'
+        else:
+            layer, name = name.split('.', 1)
+            old = next((old for old in _HF_BLOCK if name.startswith(old)), '')
+            key = f'block{stage}.{layer}.' + _HF_BLOCK.get(old, '') + name[len(old):]
+        converted[key] = value
+    for key in [k for k in converted if '.attn.k.' in k]:
+        value_key = key.replace('.attn.k.', '.attn.v.')
+        if value_key not in converted:
+            raise KeyError(f'{key} has no matching {value_key} in the checkpoint')
+        converted[key.replace('.attn.k.', '.attn.kv.')] = torch.cat(
+            [converted.pop(key), converted.pop(value_key)])
+    return converted
 
 
 # Official -> mmseg: the slot of each official module kind in ``layers.{stage}``, and the names
@@ -101,7 +165,7 @@ def official_to_mmseg(state_dict: dict[str, Tensor]) -> OrderedDict:
 
 
 def mit_state_dict(state: dict[str, Tensor], prefix: str | None = None) -> tuple[dict, str]:
-    """A MiT state dict of either layout in mmseg's names (the key remap), and its layout.
+    """A MiT state dict of any layout in mmseg's names (the key remap), and its layout.
 
     ``prefix``: keep only the keys under it, stripped (None: ``'backbone.'`` when no key is a
     backbone key, as in a segmentor or classifier checkpoint).
@@ -110,23 +174,63 @@ def mit_state_dict(state: dict[str, Tensor], prefix: str | None = None) -> tuple
         prefix = 'backbone.' if any(k.startswith('backbone.') for k in state) else None
     state = state_dict_of(state, prefix)
     layout = detect_layout(state)
-    return (official_to_mmseg(state) if layout == 'official' else state), layout
+    if layout == 'transformers':
+        state = transformers_to_official(state)
+    return (state if layout == 'mmseg' else official_to_mmseg(state)), layout
+
+
+#: The weights file of a transformers folder, in order of preference (safetensors: data only).
+HF_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
+
+
+def weights_file(path: str) -> str:
+    """``path``, or the weights file in the folder ``path`` (as ``hf download`` leaves it)."""
+    path = osp.expanduser(str(path))
+    if not osp.isdir(path):
+        return path
+    found = [osp.join(path, name) for name in HF_WEIGHTS if osp.isfile(osp.join(path, name))]
+    if not found:
+        raise CheckpointError(f'{path} is a folder without {" or ".join(HF_WEIGHTS)}: download '
+                              'the weights into it (docs/configs.md, "MiT ImageNet weights") or '
+                              'pass a checkpoint file')
+    return found[0]
+
+
+def check_hf_config(model: nn.Module, weights: str) -> None:
+    """Refuse ``weights`` when the ``config.json`` beside them (a transformers folder) describes
+    another MiT than ``model``'s sizes: one line naming both."""
+    config = osp.join(osp.dirname(weights), 'config.json')
+    if not osp.isfile(config):
+        return
+    with open(config) as f:
+        hf = json.load(f)
+    theirs = f'depths {hf.get("depths")}, widths {hf.get("hidden_sizes")}' \
+        if hf.get('model_type') == 'segformer' else f'model_type {hf.get("model_type")!r}'
+    ours = f'depths {list(model.num_layers)}, widths ' \
+        f'{[model.embed_dims * h for h in model.num_heads]}'
+    if theirs != ours:
+        raise CheckpointMismatchError(
+            f'{config} describes a MiT of {theirs}; the backbone has {ours}: take the weights '
+            'of the backbone\'s size or set model.backbone.arch to theirs')
 
 
 def load_pretrained_mit(model: nn.Module, path: str, prefix: str | None = None) -> FitReport:
-    """Load a MiT checkpoint (either layout) into ``model`` (a MixerMiT) under the policy above.
+    """Load a MiT checkpoint (any layout) into ``model`` (a MixerMiT) under the policy above.
 
     Args:
         model (nn.Module): The backbone.
-        path (str): Local checkpoint file.
+        path (str): Local checkpoint file, or a transformers folder (``config.json`` and
+            ``model.safetensors`` or ``pytorch_model.bin``).
         prefix (str, optional): See :func:`mit_state_dict`. Default: None.
 
     Returns:
         FitReport: ``loaded``, ``new`` (mixer tensors left initialised), ``unused`` (checkpoint
-        mixer and classifier tensors).
+        mixer, classifier and decode-head tensors).
     """
-    state, layout = mit_state_dict(read_state_dict(path), prefix)
-    return load_state(model, state, f'pretrained {path} ({layout} MiT layout)',
-                      mixer_prefixes(model) + ('head.', ),
+    weights = weights_file(path)
+    check_hf_config(model, weights)
+    state, layout = mit_state_dict(read_state_dict(weights), prefix)
+    return load_state(model, state, f'pretrained {weights} ({layout} MiT layout)',
+                      mixer_prefixes(model) + ('head.', 'classifier.', 'decode_head.'),
                       advice='Outside its token mixers a pretrained file must hold every tensor '
                       'of the backbone: check the file and the backbone size (arch).')

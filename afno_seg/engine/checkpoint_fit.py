@@ -165,11 +165,15 @@ def log_fit(report: FitReport, source: str) -> None:
     lines = [f'{source}: loaded {len(report.loaded)} of the model\'s {report.total} tensors, '
              f'skipped {skipped} checkpoint tensors (not in the model or of another shape); '
              f'{report.total - len(report.loaded)} model tensors keep their initialisation']
-    if report.new:
-        lines.append(f'newly initialised tensors ({len(report.new)}): {compact(report.new)}')
-    if report.unused:
-        lines.append(f'checkpoint tensors not used ({len(report.unused)}): '
-                     f'{compact(report.unused)}')
+    # A fine-tuning load (no prefixes given) lists its missing tensors too: a transplant's new
+    # mixers must be seen by name, not as a count.
+    mismatched = [key for key, _, _ in report.mismatched]
+    kept = report.new + report.missing + mismatched
+    if kept:
+        lines.append(f'newly initialised tensors ({len(kept)}): {compact(kept)}')
+    unused = report.unused + report.unexpected + mismatched
+    if unused:
+        lines.append(f'checkpoint tensors not used ({len(unused)}): {compact(unused)}')
     print_log('\n'.join(lines), logger='current', level=logging.INFO)
 
 

@@ -40,10 +40,14 @@ and gtFine_trainvaltest.zip, unzip both into {root}, then make the train-id labe
 or point the config elsewhere: --cfg-options train_dataloader.dataset.data_root=/path/to/cityscapes
 (and the same for val_dataloader/test_dataloader).
 No Cityscapes? `make demo` trains and evaluates on generated street scenes instead."""
-MIT_WEIGHTS_HELP = ('MiT ImageNet-1K weights (mit_b0.pth .. mit_b5.pth) are released by the '
-                    'SegFormer authors (github.com/NVlabs/SegFormer, README section "Training": '
-                    '"Download ImageNet-1K pretrained weights"); nothing is downloaded at run '
-                    'time.')
+MIT_WEIGHTS_HELP = ('MiT ImageNet-1K weights (B3 shown; b0 .. b5 alike): `hf download '
+                    'nvidia/mit-b3 --local-dir data/pretrained/mit-b3` (Hugging Face Hub), then '
+                    '`python tools/model_converters/mit2afno_seg.py data/pretrained/mit-b3 '
+                    'data/pretrained/mit_b3.pth`; or OpenMMLab\'s file named in mmseg\'s SegFormer '
+                    'configs (https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segformer/'
+                    'mit_b3_20220624-13b1141c.pth) saved as data/pretrained/mit_b3.pth '
+                    '(docs/configs.md). The weights carry NVIDIA\'s licence (non-commercial); '
+                    'nothing is downloaded at run time.')
 
 
 class DataRootError(UserError, FileNotFoundError):

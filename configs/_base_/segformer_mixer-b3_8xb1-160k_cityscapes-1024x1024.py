@@ -13,9 +13,10 @@ _base_ = [
 ]
 crop_size = (1024, 1024)
 data_preprocessor = dict(size=crop_size)
-# MiT-B3 ImageNet-1K weights, official SegFormer layout or mmseg's (both are detected).
-# Get mit_b3.pth from the SegFormer authors' release (github.com/NVlabs/SegFormer, README:
-# "Download ImageNet-1K pretrained weights") and put it here; nothing is downloaded at run time.
+# MiT-B3 ImageNet-1K weights in any layout (official, mmseg's, transformers'; detected). Get them
+# with `hf download nvidia/mit-b3 --local-dir data/pretrained/mit-b3` and convert them to this
+# file with tools/model_converters/mit2afno_seg.py, or save OpenMMLab's mit_b3_20220624-13b1141c.pth
+# here (docs/configs.md); nothing is downloaded at run time. NVIDIA's licence (non-commercial).
 # Non-mixer weights must all load; mixer weights that do not exist in MiT are logged as newly
 # initialised. Without the file tools/train.py stops at once; to train from scratch: --from-scratch
 pretrained_checkpoint = 'data/pretrained/mit_b3.pth'

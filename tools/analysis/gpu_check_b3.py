@@ -13,6 +13,14 @@ Results go to ``<out>/gpu_check_b3.csv`` and ``<out>/gpu_check_b3.md`` (with the
 versions), ready to paste into BENCHMARKS.md. A config that fails (e.g. out of memory) is recorded
 with its error and the others still run.
 
+A known-good model through the evaluation path: when the folder of
+``nvidia/segformer-b3-finetuned-cityscapes-1024-1024`` is present (``--published``, as
+``hf download`` leaves it) and Cityscapes val is (``--cityscapes``), it is converted
+(tools/model_converters/segformer2afno_seg.py) and evaluated by tools/test.py with
+``configs/published/segformer_mit-b3_cityscapes-1024x1024.py`` on the first ``--val-frames``
+val frames; the mIoU is printed and written beside the table (the whole val split gives about
+81.7; a few frames scatter around it, far above a broken path's near-zero).
+
 Usage (one GPU; about 2-4 minutes on an H100/H200 class GPU)::
 
     python tools/analysis/gpu_check_b3.py [--iters 10] [--warmup 5] [--out work_dirs/gpu_check_b3]
@@ -51,7 +59,40 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='fp16: the configs\' AmpOptimWrapper (on a CPU its CPU form)')
     parser.add_argument('--dry-run', action='store_true',
                         help='CPU, arch b0, 64x64 crop, 1+1 iterations')
+    parser.add_argument('--published', default='data/pretrained/segformer-b3-cityscapes',
+                        help='transformers folder of the published SegFormer-B3 Cityscapes model')
+    parser.add_argument('--cityscapes', default='data/cityscapes', help='Cityscapes root')
+    parser.add_argument('--val-frames', type=int, default=8,
+                        help='val frames the published model is evaluated on')
     return parser.parse_args(argv)
+
+
+def published_miou(args: argparse.Namespace) -> str:
+    """The published SegFormer-B3's mIoU on the first val frames, through the converter and
+    tools/test.py as a user runs them (separate processes); or why it did not run."""
+    import json
+    import subprocess
+    if not osp.isdir(args.published) or not osp.isdir(osp.join(args.cityscapes, 'gtFine', 'val')):
+        return f'skipped (no {args.published} or no {args.cityscapes}/gtFine/val)'
+    out = osp.join(args.out, 'published')
+    checkpoint = osp.join(out, 'segformer-b3-cityscapes.pth')
+    config = osp.join(ROOT, 'configs', 'published', 'segformer_mit-b3_cityscapes-1024x1024.py')
+    root = args.cityscapes.rstrip('/') + '/'
+    commands = [
+        [osp.join(ROOT, 'tools', 'model_converters', 'segformer2afno_seg.py'), args.published,
+         checkpoint, '--config', config],
+        [osp.join(ROOT, 'tools', 'test.py'), config, checkpoint, '--work-dir', out,
+         '--cfg-options', f'test_dataloader.dataset.indices={args.val_frames}',
+         f'test_dataloader.dataset.data_root={root}']]
+    for command in commands:
+        result = subprocess.run([sys.executable] + command, capture_output=True, text=True)
+        if result.returncode:
+            return f'failed: {osp.basename(command[0])}: {result.stderr.strip()[-300:]}'
+    metrics = sorted(glob.glob(osp.join(out, '*', '*.json')))[-1]
+    with open(metrics) as f:
+        miou = json.load(f)['mIoU']
+    return f'{miou:.2f} mIoU on {args.val_frames} Cityscapes val frames (whole val: about 81.7)'
+
 
 
 def prepare_cfg(path: str, args: argparse.Namespace):
@@ -142,7 +183,8 @@ def check_config(path: str, args: argparse.Namespace, device: torch.device) -> d
     return row
 
 
-def write_results(rows: list[dict], args: argparse.Namespace, device: torch.device) -> None:
+def write_results(rows: list[dict], args: argparse.Namespace, device: torch.device,
+                  published: str = '') -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(osp.join(args.out, 'gpu_check_b3.csv'), 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
@@ -156,6 +198,7 @@ def write_results(rows: list[dict], args: argparse.Namespace, device: torch.devi
              'median of the measured ones.', '',
              '| ' + ' | '.join(FIELDS) + ' |', '|' + '---|' * len(FIELDS)]
     lines += ['| ' + ' | '.join(str(row.get(k, '')) for k in FIELDS) + ' |' for row in rows]
+    lines += ['', f'Published SegFormer-B3 Cityscapes (configs/published/): {published}']
     with open(osp.join(args.out, 'gpu_check_b3.md'), 'w') as f:
         f.write('\n'.join(lines) + '\n')
     print('\n'.join(lines))
@@ -191,7 +234,9 @@ def main(argv=None) -> int:
         print(rows[-1], flush=True)
         if device.type == 'cuda':
             torch.cuda.empty_cache()
-    write_results(rows, args, device)
+    published = published_miou(args)
+    print(f'published SegFormer-B3 Cityscapes: {published}')
+    write_results(rows, args, device, published)
     return 0 if all(r['status'] == 'ok' for r in rows) else 2
 
 

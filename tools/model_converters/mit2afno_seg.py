@@ -1,17 +1,22 @@
-"""Convert an official SegFormer MiT checkpoint (``mit_b3.pth``) to mmseg's / afno_seg's layout.
+"""Convert a MiT checkpoint (the SegFormer authors' ``mit_b3.pth`` or a transformers
+``nvidia/mit-b3`` download) to mmseg's / afno_seg's layout.
 
 Usage::
 
-    python tools/model_converters/mit2afno_seg.py data/pretrained/mit_b3.pth \
-        data/pretrained/mit_b3_mmseg.pth
+    hf download nvidia/mit-b3 --local-dir data/pretrained/mit-b3
+    python tools/model_converters/mit2afno_seg.py data/pretrained/mit-b3 \
+        data/pretrained/mit_b3.pth
 
-Not required for training: :class:`~afno_seg.backbones.MixerMiT` detects the official layout and
-converts it on load. Converting once offline gives a file that mmseg's own MixVisionTransformer
-also loads, and shows the key mapping (``--verbose``). The ImageNet classifier ``head.*`` is
-dropped. The source is read as data (``.pth`` or ``.safetensors``; a pickle that would import
-code is refused unless ``--trust-checkpoint``); the output is a plain tensor dict.
+Not required for training: :class:`~afno_seg.backbones.MixerMiT` detects every layout and
+converts it on load (a transformers folder too). Converting once offline gives the file the
+configs name by default (``data/pretrained/mit_b3.pth``), which mmseg's own MixVisionTransformer
+also loads, and shows the key mapping (``--verbose``). The ImageNet classifier (``head.*``,
+``classifier.*``) and a decode head are dropped. The source is read as data (``.pth``,
+``.bin`` or ``.safetensors``; a pickle that would import code is refused unless
+``--trust-checkpoint``); the output is a plain tensor dict.
 
-Renaming: ``patch_embed{s}.proj`` -> ``layers.{s-1}.0.projection``,
+Renaming (transformers names go to the official ones first, ``kv`` = cat(key, value)):
+``patch_embed{s}.proj`` -> ``layers.{s-1}.0.projection``,
 ``block{s}.{j}.attn.{q,kv}`` -> ``layers.{s-1}.1.{j}.attn.attn.in_proj_*`` (q and kv
 concatenated), ``attn.proj`` -> ``attn.attn.out_proj``, ``mlp.fc1/dwconv.dwconv/fc2`` ->
 ``ffn.layers.0/1/4`` (Linear weights as 1x1 convs), ``norm{s}`` -> ``layers.{s-1}.2``.
@@ -23,14 +28,15 @@ import sys
 
 import torch
 
-from afno_seg.backbones.mit_checkpoint import detect_layout, official_to_mmseg
+from afno_seg.backbones.mit_checkpoint import mit_state_dict, weights_file
 from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, read_state_dict, trusted_checkpoints
+from afno_seg.engine.checkpoint_fit import compact
 from afno_seg.engine.errors import UserError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('src', help='official SegFormer MiT checkpoint (e.g. mit_b3.pth)')
+    parser.add_argument('src', help='MiT checkpoint (e.g. mit_b3.pth) or transformers folder')
     parser.add_argument('dst', help='output path (mmseg layout)')
     parser.add_argument('--verbose', action='store_true', help='print every converted key')
     parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
@@ -40,18 +46,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
+        weights = weights_file(args.src)
         with trusted_checkpoints(args.trust_checkpoint):  # else read as data (safe loader)
-            state = read_state_dict(args.src)
-        layout = detect_layout(state)
+            state = read_state_dict(weights)
+        converted, layout = mit_state_dict(state, prefix='')
     except (FileNotFoundError, ValueError, UserError) as error:
         print(f'error: {error}', file=sys.stderr)
         return 1
-    if layout != 'official':
-        print(f'error: {args.src} is already in the {layout} layout; nothing to convert',
+    if layout == 'mmseg':
+        print(f'error: {args.src} is already in the mmseg layout; nothing to convert',
               file=sys.stderr)
         return 1
-    converted = official_to_mmseg(state)
-    dropped = [k for k in converted if k.startswith('head.')]
+    dropped = [k for k in converted if k.startswith(('head.', 'classifier.', 'decode_head.'))]
     for key in dropped:
         del converted[key]
     unknown = [k for k in converted if not k.startswith('layers.')]
@@ -63,8 +69,8 @@ def main(argv=None) -> int:
             print(f'{key:60s} {tuple(value.shape)}')
     os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
     torch.save(converted, args.dst)
-    print(f'{args.src}: {len(state)} tensors (official) -> {args.dst}: {len(converted)} tensors '
-          f'(mmseg layout); dropped the classifier: {", ".join(dropped) or "none"}')
+    print(f'{weights}: {len(state)} tensors ({layout}) -> {args.dst}: {len(converted)} tensors '
+          f'(mmseg layout); dropped: {compact(dropped) or "none"}')
     return 0
 
 
