@@ -191,6 +191,18 @@ def test_pretrained_weights_absent(tmp_path, logged):
     assert f"model.backbone.init_cfg.checkpoint='{expected}'" in message
     assert 'hf download nvidia/mit-b3' in message and '--from-scratch' in message
     assert '\n' not in message
+    folder = tmp_path / 'mit-b0'  # a transformers download: the MiT loader reads the folder
+    folder.mkdir()
+    cfg.model.backbone.init_cfg.checkpoint = str(folder)
+    check_config_checkpoints(cfg)
+    cfg.model.backbone.init_cfg.checkpoint = expected
+    # a whole model as load_from (a transplant): the MiT file it would replace is not asked for
+    whole = copy.deepcopy(cfg)
+    whole.load_from = str(tmp_path / 'segformer.pth')
+    Path(whole.load_from).write_bytes(b'')  # not read here: only an existing file is checked
+    with pytest.raises(Exception, match='segformer.pth'):
+        check_config_checkpoints(whole)
+    assert whole.model.backbone.init_cfg is None
     check_config_checkpoints(cfg, from_scratch=True)
     assert cfg.model.backbone.init_cfg is None
     check_config_checkpoints(cfg)  # nothing left to refuse

@@ -291,13 +291,19 @@ def check_config_checkpoints(cfg: Config, resume: bool = False, from_scratch: bo
     then :func:`check_checkpoint` for each of :func:`config_checkpoints` that exists (a URL: once
     downloaded where mmengine keeps it), unless ``trust`` (``--trust-checkpoint``)."""
     source = cfg.filename or 'the config'
-    pretrained = pretrained_checkpoints(cfg.get('model'), drop=from_scratch)
-    if from_scratch:
+    # load_from replaces every weight the pretrained files would give (a transplant keeps only
+    # the new mixers' own initialisation), so they are not needed then
+    whole_model = bool(cfg.get('load_from')) and not from_scratch
+    pretrained = pretrained_checkpoints(cfg.get('model'), drop=from_scratch or whole_model)
+    if from_scratch or (whole_model and pretrained):
+        why = '--from-scratch' if from_scratch else f'load_from={cfg.load_from}'
         dropped = ', '.join(f'{key}={path}' for key, path in pretrained) or 'nothing to drop'
-        print_log(f'--from-scratch: no pretrained weights ({dropped}); the model starts from its '
-                  'own initialisation', logger='current', level=logging.INFO)
-    for key, path in [] if from_scratch else pretrained:
-        if '://' not in path and not osp.isfile(osp.expanduser(path)):
+        print_log(f'{why}: no pretrained weights ({dropped}); the model starts from '
+                  f'{"its own initialisation" if from_scratch else "load_from"}',
+                  logger='current', level=logging.INFO)
+    for key, path in [] if from_scratch or whole_model else pretrained:
+        # a folder: a transformers download (backbones/mit_checkpoint.py reads it)
+        if '://' not in path and not osp.exists(osp.expanduser(path)):
             where = MIT_WEIGHTS_HELP + ' ' if osp.basename(path).startswith('mit_') else ''
             raise PretrainedMissingError(
                 f'{source}: {key}={path!r} does not exist (working directory: '
