@@ -50,10 +50,14 @@ def _no_logger_outlives_its_test():
     were made; in-process tool runs make them under a test's capture, which pytest closes when
     the test ends. A later test's ``print_log(logger='current')`` would then write to a closed
     stream ('--- Logging error ---' with a traceback on stderr). A tool run as a process never
-    meets this; each test starts with no logger instance, as a process does."""
+    meets this; each test starts with no logger instance, as a process does. Visualizers too:
+    mmengine names one after the config and the second a Runner started, so two in-process runs
+    of one config within a second would share the first one's save_dir."""
     from mmengine.logging import MMLogger
+    from mmengine.visualization import Visualizer
     yield
     MMLogger._instance_dict.clear()
+    Visualizer._instance_dict.clear()
 
 
 @pytest.fixture(scope='session')

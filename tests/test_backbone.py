@@ -322,14 +322,16 @@ def test_pretrained_loads_every_non_mixer_tensor(checkpoints, layout, name, mm_l
 
 def test_pretrained_missing_file_or_url_is_one_error(tmp_path):
     """Without the training preflight (which refuses it first, test_mixer_switch.py) the
-    backbone names the file; a URL is refused: nothing is downloaded."""
+    backbone names the file; a URL is fetched as mmengine would (docs/security.md), and a failed
+    download is one line too (port 9 on loopback: refused at once, nothing leaves the machine)."""
     from afno_seg.engine.checkpoint import CheckpointError
     path = tmp_path / 'nowhere' / 'mit_b3.pth'
     model = tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     with pytest.raises(CheckpointError, match=r'not found: .*nowhere/mit_b3\.pth'):
         model.init_weights()
-    with pytest.raises(CheckpointError, match='local checkpoint files only'):
-        tiny(init_cfg=dict(type='Pretrained', checkpoint='https://x/mit_b3.pth')).init_weights()
+    url = 'http://127.0.0.1:9/mit_b3.pth'
+    with pytest.raises(CheckpointError, match=f'could not download checkpoint {url}'):
+        tiny(init_cfg=dict(type='Pretrained', checkpoint=url)).init_weights()
 
 
 def test_pretrained_wrong_arch_is_an_error(checkpoints):
