@@ -57,7 +57,11 @@ def _no_logger_outlives_its_test():
     from mmengine.visualization import Visualizer
     yield
     MMLogger._instance_dict.clear()
-    Visualizer._instance_dict.clear()
+    visualizers = [Visualizer]  # each subclass (mmseg's SegLocalVisualizer) keeps its own
+    while visualizers:
+        cls = visualizers.pop()
+        cls._instance_dict.clear()
+        visualizers += cls.__subclasses__()
 
 
 @pytest.fixture(scope='session')
