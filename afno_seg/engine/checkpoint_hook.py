@@ -138,14 +138,17 @@ class AtomicCheckpointHook(CheckpointHook):
         if self.by_epoch:
             return
         step = runner.iter + 1
-        signal_number, due = self._requests(runner)
+        scheduled = self.every_n_train_iters(runner, self.interval, self.save_begin) or (
+            self.save_last and self.is_last_train_iter(runner))
+        if scheduled:
+            runner.logger.info(f'Saving checkpoint at {step} iterations')
+            self.save(runner, step, dict(epoch=runner.epoch, iter=step))
+        signal_number, due = self._requests(runner)  # after that save: a signal during it counts
         name = signal.Signals(signal_number).name if signal_number else None
-        reason = (f'stop signal {name}' if name else f'{self.interval_minutes:g} min since the '
-                  'last save' if due else None)
-        if self.every_n_train_iters(runner, self.interval, self.save_begin) or reason or (
-                self.save_last and self.is_last_train_iter(runner)):
-            runner.logger.info(f'Saving checkpoint at {step} iterations' +
-                               (f' ({reason})' if reason else ''))
+        if (name or due) and not scheduled:
+            reason = f'stop signal {name}' if name else (f'{self.interval_minutes:g} min since '
+                                                         'the last save')
+            runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
             self.save(runner, step, dict(epoch=runner.epoch, iter=step))
         if name and step < runner.max_iters:
             # The handlers stay until the train() of build_runner's runner sets them to
