@@ -1,4 +1,5 @@
-"""The floating-point precision a run computes in: ``--precision {auto,fp16,bf16,fp32}``.
+"""``--precision {auto,fp16,bf16,fp32}`` trains (and tests) in the chosen precision on any device
+(mmengine's ``AmpOptimWrapper`` runs only on a GPU).
 
 The configs train as written for GPUs: float16 autocast with a dynamic loss scale
 (``AmpOptimWrapper``). ``fp16`` runs that, on a CPU through :class:`CPUAutocastOptimWrapper`
