@@ -112,9 +112,8 @@ class NonFiniteLossHook(Hook):
             wrapper.optimizer.register_step_pre_hook(self._before_step) for wrapper in wrappers]
 
     def after_train(self, runner) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        while self._handles:
+            self._handles.pop().remove()
 
     def _scaling(self) -> bool:
         scaler = getattr(self._runner.optim_wrapper, 'loss_scaler', None)
