@@ -1,17 +1,14 @@
-"""``AtomicCheckpointHook``: a kill at any moment leaves ``last_checkpoint`` naming a complete
-checkpoint; a stop signal or a clock saves the current iteration.
+"""A kill at any moment leaves ``last_checkpoint`` naming a complete checkpoint, and a stop signal
+or a clock saves the current iteration (mmengine's ``CheckpointHook`` deletes before it writes).
 
-mmengine 0.10.7's ``CheckpointHook`` deletes the oldest kept checkpoint, then writes the new one,
-then ``last_checkpoint`` with a plain ``open(..., 'w')``: killed in between, the work_dir may have
-no checkpoint or a ``last_checkpoint`` naming a deleted file or nothing. This hook keeps its
-arguments and its ``save_best``, and saves iteration and epoch checkpoints itself through
-``Runner.save_checkpoint``: the checkpoint (atomically, :mod:`.atomic_io`), then
-``last_checkpoint`` (atomically), then the deletion of outdated ones. Before training it removes
-temporary files of a killed save and checks the free space. After an iteration in which a stop
-signal (:mod:`.preemption`) arrived, or ``interval_minutes`` after the last save, it saves; on a
-signal training then ends with :class:`~.preemption.TrainingInterrupted` (``tools/train.py``
-exits with status 75). Distributed ranks agree on both every ``agree_every`` iterations.
-docs/reliability.md has the config and the measured behaviour.
+mmengine 0.10.7 deletes the oldest kept checkpoint, writes the new one, then ``last_checkpoint``
+with a plain ``open(..., 'w')``. ``AtomicCheckpointHook`` keeps its arguments and ``save_best``
+and saves iteration and epoch checkpoints itself through ``Runner.save_checkpoint``: the file
+and then ``last_checkpoint`` atomically (:mod:`.atomic_io`), then the deletions. It clears a
+killed save's temporary files and checks the free space before training; after an iteration in
+which a stop signal (:mod:`.preemption`) arrived, or ``interval_minutes`` after the last save, it
+saves, and on a signal raises :class:`~.preemption.TrainingInterrupted` (``tools/train.py``
+exits 75). Distributed ranks agree on both every ``agree_every`` iterations. docs/reliability.md.
 """
 import os.path as osp
 import shutil

@@ -1,16 +1,14 @@
 """A NaN/Inf loss stops training before the optimizer step, naming the iteration and the first
 module whose output went non-finite (mmengine trains through it, writing NaN into every weight).
 
-:class:`NonFiniteLossHook` notes on the device whether this rank's loss terms are finite: no
-collective and, under a loss scaler, no host sync per step. Without a scaler it reads that flag
-once, in an optimizer step pre-hook, and raises :class:`NonFiniteLossError` before the step.
-Under one (fp16) the ``GradScaler`` skips the step itself (no step hook runs); the hook counts
-such skips, resets BatchNorm statistics the bad pass made non-finite and stops after
-``max_skipped_in_a_row``. In a distributed run a rank whose loss is not finite multiplies it by
-NaN, so DDP's gradient average carries the news: every rank sees a non-finite gradient and stops
-or skips with the others (no rank waits in a collective the others never join), and every rank
-re-runs its pass with the same dropout masks (SyncBN needs all) to name the module
-(:func:`find_first_non_finite`). docs/reliability.md, "NaN and Inf".
+:class:`NonFiniteLossHook` keeps a device flag of this rank's loss: no collective per step, and
+one host sync just before the optimizer step (a step pre-hook), none under a loss scale, whose
+``GradScaler`` skips non-finite steps itself (a skipped step runs no step hook); the hook counts
+skips, resets BatchNorm statistics the bad pass made non-finite, and stops after
+``max_skipped_in_a_row``. Distributed, a rank whose loss is not finite multiplies it by NaN, so
+DDP's gradient average tells every rank: all stop or skip together and re-run their pass with
+the same dropout masks (SyncBN needs all) to name the module (:func:`find_first_non_finite`).
+docs/reliability.md, "NaN and Inf".
 """
 from functools import partial
 
@@ -172,9 +170,9 @@ class NonFiniteLossHook(Hook):
         self.skipped_total += 1
         message = self._describe()
         reset = [name for name, module in self._model.named_modules()
-                 if hasattr(module, 'reset_running_stats') and not _all_finite(
-                     list(module.buffers(recurse=False)))]
-        for name in reset:  # re-estimated from the next batches, instead of NaN for good
+                 if hasattr(module, 'reset_running_stats')
+                 and not _all_finite(list(module.buffers(recurse=False)))]
+        for name in reset:  # NaN statistics stay NaN for good: re-estimated from the next batches
             self._model.get_submodule(name).reset_running_stats()
         runner.logger.warning(
             f'{message} The loss scaler skipped this optimizer step ({self.skipped_in_a_row} in '
