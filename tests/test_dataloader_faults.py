@@ -18,7 +18,7 @@ from mmseg.registry import TRANSFORMS
 import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.engine.dataloader_faults import (
     DEFAULT_TIMEOUT_S,
-    WorkerGuard,
+    TrackedDataset,
     explain_worker_failure,
 )
 from afno_seg.engine.errors import error_chain as _chain
@@ -90,12 +90,11 @@ def test_killed_worker_is_named_with_its_sample(tiny_demo_data, tmp_path):
     assert torch_message is not None, chain
     assert torch_message.startswith('DataLoader worker (pid')  # PyTorch's: only a pid
     message = explain_worker_failure(error)
-    guard = runner.train_dataloader.worker_init_fn
-    assert isinstance(guard, WorkerGuard) and guard.name == 'train_dataloader'
-    index = next(i for i in range(len(guard.dataset))
-                 if guard.dataset.get_data_info(i)['img_path'] == victim)
+    dataset = runner.train_dataloader.dataset
+    assert isinstance(dataset, TrackedDataset)
+    index = next(i for i in range(len(dataset)) if dataset.get_data_info(i)['img_path'] == victim)
     assert message is not None, str(error)
-    assert message.startswith('train_dataloader worker '), message
+    assert message.startswith('data-loader worker '), message
     assert f'was killed by signal: Killed, while loading sample {index} ({victim})' in message
     assert "OOM killer" in message and message.endswith('Continue with --resume.')
     assert elapsed < 60
@@ -113,7 +112,7 @@ def test_stuck_worker_is_an_error_within_the_timeout(tiny_demo_data, tmp_path):
     message = explain_worker_failure(error)
     assert message is not None, str(error)
     assert message.startswith('no batch from the data-loader workers within the timeout of 3 s: '
-                              'train_dataloader worker '), message
+                              'worker '), message
     assert 'has been loading sample' in message and f'({victim}) for ' in message
     assert elapsed < 3 + 40  # the timeout, plus the batches before the victim's
     shut_down(runner)
@@ -123,11 +122,11 @@ def test_loaders_get_a_default_timeout_unless_the_config_sets_one(tiny_demo_data
     runner = make_runner(tiny_demo_data, tmp_path, **{'train_dataloader.num_workers': 2,
                                                       'train_dataloader.persistent_workers': False})
     assert runner.train_dataloader.timeout == DEFAULT_TIMEOUT_S
-    assert isinstance(runner.train_dataloader.worker_init_fn, WorkerGuard)
+    assert isinstance(runner.train_dataloader.dataset, TrackedDataset)
     config = runner.cfg.train_dataloader.to_dict()
     assert runner.build_dataloader({**config, 'timeout': 0}).timeout == 0  # 0: wait forever
     no_workers = runner.build_dataloader({**config, 'num_workers': 0, 'persistent_workers': False})
-    assert no_workers.timeout == 0 and not isinstance(no_workers.worker_init_fn, WorkerGuard)
+    assert no_workers.timeout == 0 and not isinstance(no_workers.dataset, TrackedDataset)
     shut_down(runner)  # mmengine's train loop started the workers when it was built
 
 

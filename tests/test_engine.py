@@ -213,3 +213,69 @@ def test_cpu_memory_cache_stops_page_faults_of_large_tensors(mode):
     else:
         assert applied == 'False'
         assert float(faults_per_page) > 0.5  # the premise: without it, memory is faulted anew
+
+
+# ------------------------------------------------------------------ private names (issue 39)
+
+FOREIGN = ('torch', 'mmengine', 'mmcv', 'mmseg', 'mmpretrain')
+
+
+def _private(name: str) -> bool:
+    return name.startswith('_') and not name.startswith('__')
+
+
+def private_names_in_the_code() -> set[tuple[str, str]]:
+    """(file, name) for each private name of torch or the OpenMMLab stack used in afno_seg/: an
+    import of a private name or module, ``x._y`` on anything but self/cls/os/sys, and a
+    ``self._y`` that a foreign base class of the class also reads or sets."""
+    import ast
+    import inspect
+    import re
+    import sys
+    from pathlib import Path
+    root = Path(afno_seg.__file__).parent
+    found = set()
+    for path in sorted(root.rglob('*.py')):
+        relative = str(path.relative_to(root.parent))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                    node.module.split('.')[0] in FOREIGN:
+                if any(_private(part) for part in node.module.split('.')):
+                    found.add((relative, node.module))
+                found.update((relative, f'{node.module}.{alias.name}') for alias in node.names
+                             if _private(alias.name))
+            elif isinstance(node, ast.Attribute) and _private(node.attr) and not (
+                    isinstance(node.value, ast.Name)
+                    and node.value.id in ('self', 'cls', 'os', 'sys')):
+                found.add((relative, f'{ast.unparse(node.value)}.{node.attr}'))
+    sources = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith('afno_seg.'):
+            continue
+        for cls in vars(module).values():
+            if not (inspect.isclass(cls) and cls.__module__ == name):
+                continue
+            bases = [base for base in cls.__mro__[1:] if base.__module__.split('.')[0] in FOREIGN]
+            for attribute in set(re.findall(r'self\.(_[a-z]\w*)', inspect.getsource(cls))):
+                for base in bases:
+                    if base not in sources:
+                        sources[base] = inspect.getsource(base)
+                    if f'self.{attribute}' in sources[base]:
+                        found.add((name.replace('.', '/') + '.py', f'self.{attribute}'))
+    return found
+
+
+def private_names_listed() -> set[tuple[str, str]]:
+    import re
+    text = open(os.path.join(os.path.dirname(__file__), '..', 'docs', 'private_apis.md')).read()
+    listed = text.split('## The list', 1)[1].split('\n## ', 1)[0]
+    out = set()
+    for item in re.split(r'\n- ', '\n' + listed)[1:]:
+        path, rest = re.match(r'`([^`]+)`: (.*?) — ', item.replace('\n', ' ')).groups()
+        out.update((path, name) for name in re.findall(r'`([^`]+)`', rest))
+    return out
+
+
+def test_private_names_are_listed():
+    """docs/private_apis.md lists exactly the private torch/OpenMMLab names the code uses."""
+    assert private_names_in_the_code() == private_names_listed()

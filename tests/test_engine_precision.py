@@ -73,20 +73,34 @@ def test_apply_precision_writes_the_wrapper(monkeypatch, requested, cuda, flags,
 
 
 @pytest.mark.parametrize('requested, test_cfg, flags, expected', [
-    ('fp16', dict(type='TestLoop'), AVX2, dict(type='AutocastTestLoop', dtype='float16')),
+    ('bf16', dict(type='TestLoop'), AVX2, dict(type='TestLoop', fp16=True)),
     ('auto', dict(type='TestLoop'), SAPPHIRE, dict(type='TestLoop')),  # the config's fp32
-    ('auto', dict(type='TestLoop', fp16=True), SAPPHIRE, dict(type='TestLoop')),
-    ('auto', dict(type='TestLoop', fp16=True), AVX2, dict(type='TestLoop')),
+    ('auto', dict(type='TestLoop', fp16=True), SAPPHIRE, dict(type='TestLoop', fp16=False)),
+    ('fp16', dict(type='TestLoop'), AVX2, None),  # mmengine's TestLoop: bfloat16 on a CPU
 ])
 def test_apply_test_precision(monkeypatch, requested, test_cfg, flags, expected):
-    """tools/test.py --precision: mmengine's TestLoop(fp16=True) is bfloat16 on a CPU and refuses
-    float16 there; AutocastTestLoop evaluates under the chosen dtype."""
+    """tools/test.py --precision: mmengine's TestLoop(fp16=True), what it autocasts to on this
+    device or a UserError naming it."""
     from afno_seg.engine.precision import apply_test_precision
     monkeypatch.setattr(precision_module, 'cpu_flags', lambda: flags)
     monkeypatch.setattr(precision_module, 'autocast_runs', lambda device, precision: True)
     cfg = Config(dict(test_cfg=test_cfg))
+    if expected is None:
+        with pytest.raises(UserError, match='autocasts to bf16 on a CPU; choose that or fp32'):
+            apply_test_precision(cfg, requested, cuda=False)
+        return
     apply_test_precision(cfg, requested, cuda=False)
     assert cfg.test_cfg.to_dict() == expected
+
+
+def test_mmengine_test_loop_autocasts_a_cpu_to_bfloat16():
+    """What apply_test_precision relies on (TEST_LOOP_PRECISION): TestLoop(fp16=True) enters
+    mmengine's autocast(enabled=True), which on a CPU is bfloat16."""
+    from mmengine.runner import autocast
+    with autocast(enabled=True):
+        out = torch.ones(2, 2) @ torch.ones(2, 2)
+    assert out.dtype == torch.bfloat16
+    assert precision_module.TEST_LOOP_PRECISION[False] == 'bf16'
 
 
 def tiny_model_and_batch():

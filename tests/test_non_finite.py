@@ -22,11 +22,13 @@ from mmengine.registry import HOOKS
 from torch import nn
 
 import afno_seg  # noqa: F401  (registers everything)
-from afno_seg.engine import NonFiniteLossError, NonFiniteLossHook
+from afno_seg.engine import CPUAutocastOptimWrapper, NonFiniteLossError, NonFiniteLossHook
 from afno_seg.mixers.catalogue import is_spectral, mixer_classes
 
 from conftest import ROOT, make_runner
 from mixer_examples import o1_branch
+
+DTYPES = dict(fp16='float16', bf16='bfloat16')
 
 
 @HOOKS.register_module(force=True)
@@ -84,27 +86,14 @@ class ToyModel(BaseModel):
         return dict(loss=out.square().mean()) if mode == 'loss' else out
 
 
-class CPUScaledOptimWrapper(OptimWrapper):
-    """AmpOptimWrapper's loss-scaling logic on a CPU GradScaler (AmpOptimWrapper needs CUDA)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.loss_scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8)
-
-    def backward(self, loss, **kwargs):
-        self.loss_scaler.scale(loss).backward(**kwargs)
-        self._inner_count += 1
-
-    def step(self, **kwargs):
-        self.loss_scaler.step(self.optimizer, **kwargs)
-        self.loss_scaler.update()
-
-
-def toy_setup(scaled: bool, **hook_args):
+def toy_setup(precision: str = 'fp32', **hook_args):
+    """The toy model, its optimizer wrapper as ``--precision`` builds it on a CPU (fp16: a real
+    loss scale), a stand-in runner and the hook."""
     torch.manual_seed(0)
     model = ToyModel()
-    wrapper_type = CPUScaledOptimWrapper if scaled else OptimWrapper
-    wrapper = wrapper_type(optimizer=torch.optim.AdamW(model.parameters(), lr=0.1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    wrapper = OptimWrapper(optimizer=optimizer) if precision == 'fp32' else CPUAutocastOptimWrapper(
+        dtype=DTYPES[precision], loss_scale=dict(init_scale=2.0 ** 8), optimizer=optimizer)
     warnings = []
     runner = SimpleNamespace(model=model, optim_wrapper=wrapper, iter=0,
                              logger=SimpleNamespace(warning=warnings.append),
@@ -115,8 +104,10 @@ def toy_setup(scaled: bool, **hook_args):
     return model, wrapper, runner, hook, batch, warnings
 
 
-def test_non_finite_loss_without_scaler_raises_before_the_step():
-    model, wrapper, runner, hook, batch, _ = toy_setup(scaled=False)
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_non_finite_loss_without_scaler_raises_before_the_step(precision):
+    """bf16: CPUAutocastOptimWrapper with its scaler disabled; nothing would skip the step."""
+    model, wrapper, runner, hook, batch, _ = toy_setup(precision)
     model.train_step(batch, wrapper)
     runner.iter = 1
     model.scale.factor = float('inf')
@@ -129,15 +120,14 @@ def test_non_finite_loss_without_scaler_raises_before_the_step():
 
 
 def test_non_finite_input_batch_is_named():
-    model, wrapper, runner, hook, batch, _ = toy_setup(scaled=False)
+    model, wrapper, runner, hook, batch, _ = toy_setup()
     batch['inputs'][0, 0, 0, 0] = float('nan')
     with pytest.raises(NonFiniteLossError, match='the input batch itself holds NaN/Inf'):
         model.train_step(batch, wrapper)
 
 
 def test_loss_scaler_skips_non_finite_steps_then_gives_up():
-    model, wrapper, runner, hook, batch, warnings = toy_setup(scaled=True,
-                                                              max_skipped_in_a_row=2)
+    model, wrapper, runner, hook, batch, warnings = toy_setup('fp16', max_skipped_in_a_row=2)
 
     def train_iteration():  # what IterBasedTrainLoop.run_iter does around the hook
         model.train_step(batch, wrapper)
@@ -148,11 +138,14 @@ def test_loss_scaler_skips_non_finite_steps_then_gives_up():
     scale = wrapper.loss_scaler.get_scale()
     model.scale.factor = float('inf')
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    train_iteration()  # skipped: weights AND BatchNorm statistics unchanged
-    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    train_iteration()  # skipped: weights unchanged, BatchNorm statistics reset (not NaN)
+    assert all(torch.equal(v, before[k]) for k, v in model.named_parameters())
+    assert torch.equal(model.bn.running_var, torch.ones(4)) and not model.bn.running_mean.any()
     assert wrapper.loss_scaler.get_scale() == scale / 2
     assert len(warnings) == 1 and 'non-finite loss at iteration 2' in warnings[0]
-    assert 'scale (Scale)' in warnings[0] and 'skips this optimizer step (1 in a row' in warnings[0]
+    assert 'scale (Scale)' in warnings[0]
+    assert 'skipped this optimizer step (1 in a row' in warnings[0]
+    assert warnings[0].endswith('running statistics reset: bn.')
     model.scale.factor = 1.0
     train_iteration()  # a finite step resets the streak and moves the weights
     assert hook.skipped_in_a_row == 0
@@ -207,7 +200,7 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 sys.path.insert(0, sys.argv[3])
 from test_non_finite import ToyModel
-from afno_seg.engine import NonFiniteLossError, NonFiniteLossHook
+from afno_seg.engine import CPUAutocastOptimWrapper, NonFiniteLossError, NonFiniteLossHook
 
 rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[4]
 dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)

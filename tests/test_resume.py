@@ -36,6 +36,44 @@ from conftest import (
 
 # --------------------------------------------------------------------------- random state
 
+def test_resume_draws_the_dropout_masks_of_the_uninterrupted_run():
+    """Fast, no training: RandomStateHook's checkpoint of iteration 2, loaded by a process whose
+    generators are elsewhere, gives iteration 3 the dropout masks and the Python/NumPy data draws
+    of the run that never stopped (the slow tests below train through it)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from mmengine.config import Config
+
+    from afno_seg.engine.random_state import RandomStateHook
+
+    def runner(iteration):
+        return SimpleNamespace(iter=iteration, cfg=Config(dict(randomness=dict(seed=0))),
+                               logger=SimpleNamespace(info=print, warning=print))
+
+    def iteration_draws():  # a data pipeline's draws, then the model's dropout
+        return (random.random(), np.random.rand(), torch.nn.functional.dropout(
+            torch.ones(64), 0.5, training=True))
+
+    torch.manual_seed(0), random.seed(0), np.random.seed(0)
+    uninterrupted = RandomStateHook()
+    uninterrupted.before_train(runner(0))  # the data streams' start, kept in the checkpoint
+    first = [iteration_draws() for _ in range(2)]
+    checkpoint = dict(meta=dict(iter=2))
+    uninterrupted.before_save_checkpoint(runner(2), checkpoint)
+    expected = iteration_draws()
+
+    torch.manual_seed(1), random.seed(1), np.random.seed(1)  # a new process
+    resumed = RandomStateHook()
+    resumed.after_load_checkpoint(runner(2), checkpoint)
+    resumed.before_train(runner(2))
+    replayed = [iteration_draws()[:2] for _ in range(2)]  # mmengine's fast-forward of the data
+    resumed.before_train_iter(runner(2), 2)
+    assert replayed == [draws[:2] for draws in first]
+    got = iteration_draws()
+    assert got[:2] == expected[:2] and torch.equal(got[2], expected[2])
+
+
 @pytest.mark.slow
 def test_resume_restores_random_state_bitwise(tiny_demo_data, tmp_path):
     """Drop-path and dropout on: without RandomStateHook a resumed run diverges; with it, not."""

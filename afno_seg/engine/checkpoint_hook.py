@@ -1,17 +1,14 @@
-"""``AtomicCheckpointHook``: mmengine's CheckpointHook with a crash-safe order of writes, a save on
-a stop signal and a save on a clock.
+"""A kill at any moment leaves ``last_checkpoint`` naming a complete checkpoint, and a stop signal
+or a clock saves the current iteration (mmengine's ``CheckpointHook`` deletes before it writes).
 
-mmengine 0.10.7's ``CheckpointHook`` deletes the oldest kept checkpoint, then writes the new one,
-then ``last_checkpoint`` with a plain ``open(..., 'w')``: killed in between, the work_dir may have
-no checkpoint at all, or a ``last_checkpoint`` naming a deleted file or nothing. This hook writes
-the new checkpoint (atomically, :mod:`.atomic_io`), then ``last_checkpoint`` (atomically), and
-only then deletes outdated checkpoints. Before training it removes temporary files of a killed
-save and checks that the output folder has room for one more checkpoint (and warns when not for
-all the run keeps). After the iteration in which a stop signal (:mod:`.preemption`) reached any
-rank, or ``interval_minutes`` after the last save, every rank agrees on it (one all-reduce) and a
-checkpoint is saved; on a signal training then ends with
-:class:`~.preemption.TrainingInterrupted` (``tools/train.py`` exits with status 75).
-docs/reliability.md has the config and the measured behaviour.
+mmengine 0.10.7 deletes the oldest kept checkpoint, writes the new one, then ``last_checkpoint``
+with a plain ``open(..., 'w')``. ``AtomicCheckpointHook`` keeps its arguments and ``save_best``
+and saves iteration and epoch checkpoints itself through ``Runner.save_checkpoint``: the file
+and then ``last_checkpoint`` atomically (:mod:`.atomic_io`), then the deletions. It clears a
+killed save's temporary files and checks the free space before training; after an iteration in
+which a stop signal (:mod:`.preemption`) arrived, or ``interval_minutes`` after the last save, it
+saves, and on a signal raises :class:`~.preemption.TrainingInterrupted` (``tools/train.py``
+exits 75). Distributed ranks agree on both every ``agree_every`` iterations. docs/reliability.md.
 """
 import os.path as osp
 import shutil
@@ -20,7 +17,7 @@ import time
 from collections.abc import Sequence
 
 import torch
-from mmengine.dist import all_reduce, is_main_process
+from mmengine.dist import all_reduce, get_world_size, is_main_process
 from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS
 
@@ -93,6 +90,10 @@ class AtomicCheckpointHook(CheckpointHook):
     The free-space check needs a local ``out_dir`` (a remote backend skips it).
     """
 
+    # Distributed: the ranks agree on a signal or a clock save (one all-reduce) this often and at
+    # the last iteration, so a signal waits at most this many iterations (B3: ~10 s on 8 GPUs).
+    agree_every = 10
+
     def __init__(self, *args, interval_minutes: float | None = None,
                  stop_signals: Sequence[str] = DEFAULT_SIGNALS, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -103,7 +104,6 @@ class AtomicCheckpointHook(CheckpointHook):
         self.stop_signals = tuple(stop_signals)
         self._stop: StopSignals | None = None
         self._last_save_time = 0.0
-        self._last_saved_step = None
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
@@ -120,45 +120,57 @@ class AtomicCheckpointHook(CheckpointHook):
                 self._stop = None  # not the main thread: Python allows handlers only there
 
     def after_train(self, runner) -> None:
+        super().after_train(runner)
         if self._stop is not None:
             self._stop.uninstall()
             self._stop = None
 
+    def after_train_epoch(self, runner) -> None:
+        if self.by_epoch and (self.every_n_epochs(runner, self.interval, self.save_begin) or
+                              (self.save_last and self.is_last_train_epoch(runner))):
+            runner.logger.info(f'Saving checkpoint at {runner.epoch + 1} epochs')
+            self.save(runner, runner.epoch + 1, dict(epoch=runner.epoch + 1, iter=runner.iter))
+
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        # On an exception the handlers stay until the train() of build_runner's runner
-        # releases them (or the next install replaces them): restoring Python's fatal default
-        # here would let torchrun's SIGTERM cut the failing tool's message short.
-        super().after_train_iter(runner, batch_idx, data_batch, outputs)
-        if not self.by_epoch:
-            self._save_on_signal_or_clock(runner)
-
-    def _agreed_requests(self) -> tuple[int, bool]:
-        """(largest stop-signal number any rank received or 0, whether any rank's clock says
-        a save is due): every rank gets the same answer after the same iteration."""
-        received = self._stop.received if self._stop is not None else None
-        due = (self.interval_minutes is not None
-               and now() - self._last_save_time >= 60 * self.interval_minutes)
-        requests = torch.tensor([float(received or 0), float(due)])
-        all_reduce(requests, op='max')  # mmengine's: nothing to do in a single process
-        return int(requests[0]), bool(requests[1])
-
-    def _save_on_signal_or_clock(self, runner) -> None:
-        signal_number, due = self._agreed_requests()
-        name = signal.Signals(signal_number).name if signal_number else None
+        if self.by_epoch:
+            return
         step = runner.iter + 1
-        if (name or due) and self._last_saved_step != step:
+        scheduled = self.every_n_train_iters(runner, self.interval, self.save_begin) or (
+            self.save_last and self.is_last_train_iter(runner))
+        if scheduled:
+            runner.logger.info(f'Saving checkpoint at {step} iterations')
+            self.save(runner, step, dict(epoch=runner.epoch, iter=step))
+        signal_number, due = self._requests(runner)  # after that save: a signal during it counts
+        name = signal.Signals(signal_number).name if signal_number else None
+        if (name or due) and not scheduled:
             reason = f'stop signal {name}' if name else (f'{self.interval_minutes:g} min since '
                                                          'the last save')
             runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
-            self._save_checkpoint(runner)
+            self.save(runner, step, dict(epoch=runner.epoch, iter=step))
         if name and step < runner.max_iters:
             # The handlers stay until the train() of build_runner's runner sets them to
-            # SIG_IGN (in a tool) or back: a repeated signal must not kill before exit 75.
+            # SIG_IGN (in a tool) or back, also on an exception: a repeated signal (torchrun's
+            # SIGTERM) must not cut exit 75 or the failing tool's message short.
             runner.logger.warning(
                 f'{name} received: training stopped after iteration {step}; '
                 f'{self.last_ckpt} holds it and last_checkpoint names it. Run the same command '
                 'with --resume to continue.')
             raise TrainingInterrupted(name, step, self.last_ckpt)
+
+    def _requests(self, runner) -> tuple[int, bool]:
+        """(largest stop-signal number received or 0, whether a clock save is due); distributed,
+        any rank's at an agreement and (0, False) between: every rank acts after the same one."""
+        received = self._stop.received if self._stop is not None else None
+        due = (self.interval_minutes is not None
+               and now() - self._last_save_time >= 60 * self.interval_minutes)
+        if get_world_size() == 1:
+            return int(received or 0), due
+        if not (self.every_n_train_iters(runner, self.agree_every)
+                or self.is_last_train_iter(runner)):
+            return 0, False
+        requests = torch.tensor([float(received or 0), float(due)])
+        all_reduce(requests, op='max')
+        return int(requests[0]), bool(requests[1])
 
     def _remaining_saves(self, runner) -> int:
         left = runner.max_epochs - runner.epoch if self.by_epoch else runner.max_iters - runner.iter
@@ -185,7 +197,9 @@ class AtomicCheckpointHook(CheckpointHook):
                 f'({format_size(kept * one)}) but the disk has {format_size(free)} free. A save '
                 'that runs out of space stops training with an error; earlier checkpoints stay.')
 
-    def _save_checkpoint_with_step(self, runner, step, meta):
+    def save(self, runner, step: int, meta: dict) -> None:
+        """Save checkpoint ``step``, point ``last_checkpoint`` at it, then delete what
+        ``max_keep_ckpts`` no longer keeps (in this order: a kill in between loses nothing)."""
         outdated = []
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids
                                             and self.keep_ckpt_ids[-1] == step):
@@ -193,27 +207,20 @@ class AtomicCheckpointHook(CheckpointHook):
                 outdated.append(self.keep_ckpt_ids.popleft())
             self.keep_ckpt_ids.append(step)
             runner.message_hub.update_info('keep_ckpt_ids', list(self.keep_ckpt_ids))
-
-        self._last_saved_step = step
         self._last_save_time = now()
-        ckpt_filename = self.filename_tmpl.format(step)
-        self.last_ckpt = self.file_backend.join_path(self.out_dir, ckpt_filename)
+        self.last_ckpt = self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(step))
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
         runner.save_checkpoint(
-            self.out_dir, ckpt_filename, self.file_client_args,
+            self.out_dir, self.filename_tmpl.format(step), self.file_client_args,
             save_optimizer=self.save_optimizer, save_param_scheduler=self.save_param_scheduler,
             meta=meta, by_epoch=self.by_epoch, backend_args=self.backend_args, **self.args)
         if not is_main_process():
             return
-        # Only now, with the new file complete, point last_checkpoint at it ...
         atomic_write(self.last_ckpt, osp.join(runner.work_dir, 'last_checkpoint'))
-        # ... and only then delete what it no longer needs.
         for old_step in outdated:
             path = self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old_step))
             if self.file_backend.isfile(path):
                 self.file_backend.remove(path)
-            elif self.file_backend.isdir(path):  # checkpoints saved by deepspeed are folders
-                self.file_backend.rmtree(path)
 
 
 def _last_checkpoint_state(runner) -> str:

@@ -1,12 +1,12 @@
-"""Keep freed CPU memory in the process heap, so that large tensors do not page-fault anew.
+"""A CPU training step does not page-fault its large activations anew every step (glibc hands
+freed large blocks back to the kernel, and torch's CPU allocator keeps no cache of its own).
 
-glibc's ``malloc`` serves every request above ``M_MMAP_THRESHOLD`` (adaptive, at most 32 MiB on
-64-bit) with a fresh ``mmap`` and unmaps it on ``free``; training frees and re-allocates the same
-large activations every step, and every first touch of fresh memory is a page fault in which the
-kernel zeroes a page. Raising the mmap and trim thresholds keeps freed blocks for reuse (the trade
-of CUDA's caching allocator: the resident size stays at the peak). The effect is measured in
-BENCHMARKS.md ("What made AFNO fast", item 7). glibc only; ``AFNO_SEG_CPU_MEMORY_CACHE=0`` turns
-it off. The setting is per process and inherited by forked workers.
+glibc serves a request above ``M_MMAP_THRESHOLD`` (adaptive, at most 32 MiB on 64-bit) with a
+fresh ``mmap`` and unmaps it on ``free``; each first touch of fresh memory is a page fault in
+which the kernel zeroes a page. Raised mmap and trim thresholds keep freed blocks for reuse (the
+trade of CUDA's caching allocator: the resident size stays at the peak); measured in
+BENCHMARKS.md ("What made AFNO fast", item 7). glibc only, per process, inherited by forked
+workers; ``AFNO_SEG_CPU_MEMORY_CACHE=0`` turns it off.
 """
 import ctypes
 import ctypes.util

@@ -1,14 +1,14 @@
-"""``NonFiniteLossHook``: a NaN/Inf loss stops training, naming the iteration and the module.
+"""A NaN/Inf loss stops training before the optimizer step, naming the iteration and the first
+module whose output went non-finite (mmengine trains through it, writing NaN into every weight).
 
-mmengine trains straight through a NaN loss: the optimizer writes NaN into every weight and the
-next checkpoint saves them. The hook checks the summed loss terms of every training forward pass
-before the backward pass; on a non-finite one it re-runs that pass without gradients, from the
-same generator state, and names the first module (in execution order) whose output is not finite
-(:func:`find_first_non_finite`). Without a loss scaler it raises :class:`NonFiniteLossError`
-before the optimizer step. Under one (fp16) it logs, lets the ``GradScaler`` skip the step and
-restores the buffers (BatchNorm statistics) the bad pass changed; more than
-``max_skipped_in_a_row`` skips raise. The flag is all-reduced so every rank stops or skips
-together, and every rank re-runs its pass (SyncBN needs all). docs/reliability.md, "NaN and Inf".
+:class:`NonFiniteLossHook` keeps a device flag of this rank's loss: no collective per step, and
+one host sync just before the optimizer step (a step pre-hook), none under a loss scale, whose
+``GradScaler`` skips non-finite steps itself (a skipped step runs no step hook); the hook counts
+skips, resets BatchNorm statistics the bad pass made non-finite, and stops after
+``max_skipped_in_a_row``. Distributed, a rank whose loss is not finite multiplies it by NaN, so
+DDP's gradient average tells every rank: all stop or skip together and re-run their pass with
+the same dropout masks (SyncBN needs all) to name the module (:func:`find_first_non_finite`).
+docs/reliability.md, "NaN and Inf".
 """
 from functools import partial
 
@@ -16,6 +16,7 @@ import torch
 from mmengine.dist import all_reduce, get_rank, get_world_size
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
+from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS
 
 from .errors import UserError
@@ -86,41 +87,31 @@ class NonFiniteLossHook(Hook):
     """Stop (or, under a loss scaler, skip) on a non-finite loss; name the module that caused it.
 
     Args:
-        max_skipped_in_a_row (int): Under a loss scaler, how many consecutive non-finite losses
-            to let the scaler skip before stopping. Default: 10.
+        max_skipped_in_a_row (int): Under a loss scaler, how many consecutive steps with a
+            non-finite loss the scaler may skip before training stops. Default: 10.
     """
 
-    priority = 'VERY_HIGH'
+    priority = 'VERY_HIGH'  # after_train_iter: before the CheckpointHook saves
 
     def __init__(self, max_skipped_in_a_row: int = 10) -> None:
         self.max_skipped_in_a_row = max_skipped_in_a_row
-        self.skipped_in_a_row = 0
-        self.skipped_total = 0
-        self._handles = []
-        self._locating = False
-        self._before = None
-        self._restore_buffers = False
+        self.skipped_in_a_row = self.skipped_total = 0
+        self._handles, self._locating, self._stepped = [], False, False
+        self._last = None  # (args, kwargs, torch random state) of the last training pass
+        self._terms = self._bad = None  # its loss terms; a device flag since the last step
 
     def before_train(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        wrappers = runner.optim_wrapper
+        wrappers = wrappers.values() if isinstance(wrappers, OptimWrapperDict) else [wrappers]
         self._runner, self._model = runner, model
         self._handles = [model.register_forward_pre_hook(self._remember, with_kwargs=True),
-                         model.register_forward_hook(self._check, with_kwargs=True)]
+                         model.register_forward_hook(self._check, with_kwargs=True)] + [
+            wrapper.optimizer.register_step_pre_hook(self._before_step) for wrapper in wrappers]
 
     def after_train(self, runner) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        # VERY_HIGH priority: before the CheckpointHook saves and before validation.
-        if self._restore_buffers:
-            saved = (self._before or {}).get('buffers', {})
-            with torch.no_grad():
-                for name, buffer in self._model.named_buffers():
-                    if name in saved:
-                        buffer.copy_(saved[name])
-            self._restore_buffers = False
+        while self._handles:
+            self._handles.pop().remove()
 
     def _scaling(self) -> bool:
         scaler = getattr(self._runner.optim_wrapper, 'loss_scaler', None)
@@ -128,9 +119,7 @@ class NonFiniteLossHook(Hook):
 
     def _remember(self, model, args, kwargs):
         if model.training and not self._locating and kwargs.get('mode') == 'loss':
-            self._before = dict(random=torch_random_state())
-            if self._scaling():  # only needed to undo a skipped step's BN updates
-                self._before['buffers'] = {n: b.detach().clone() for n, b in model.named_buffers()}
+            self._last = (args, kwargs, torch_random_state())
 
     def _check(self, model, args, kwargs, output):
         if self._locating or not model.training or not isinstance(output, dict):
@@ -138,40 +127,77 @@ class NonFiniteLossHook(Hook):
         terms = _loss_terms(output)
         if not terms:
             return None
-        bad = torch.stack([~torch.isfinite(v) for v in terms.values()]).any().float()
-        all_reduce(bad)  # every rank takes the same branch below (mmengine's: alone, a no-op)
-        if not bool(bad):
-            self.skipped_in_a_row = 0
+        bad = torch.stack([~torch.isfinite(v) for v in terms.values()]).any()
+        self._terms, self._bad = terms, bad if self._bad is None else self._bad | bad
+        if get_world_size() == 1:
             return None
-        message = self._describe(model, args, kwargs, terms)
-        if self._scaling() and self.skipped_in_a_row < self.max_skipped_in_a_row:
-            self.skipped_in_a_row += 1
-            self.skipped_total += 1
-            self._restore_buffers = True  # after the backward pass, which still needs them
-            self._runner.logger.warning(
-                f'{message} The loss scaler skips this optimizer step ({self.skipped_in_a_row} '
-                f'in a row, {self.skipped_total} in this run).')
-            return None
-        last = self._runner.message_hub.get_info('last_ckpt', None)
-        raise NonFiniteLossError(
-            f'{message} Training stopped before this iteration\'s optimizer step (the weights '
-            'are as the previous iteration left them); ' +
-            (f'the last checkpoint is {last}. ' if last else 'no checkpoint yet. ') +
-            'Lower the learning rate or warm it up longer, clip gradients '
-            '(optim_wrapper.clip_grad=dict(max_norm=1.0)), or fix the data, then --resume.')
+        # x NaN makes every gradient of this rank NaN, so every rank's averaged gradient is
+        # non-finite: the news travels in DDP's all-reduce (a finite loss is multiplied by 1).
+        factor = torch.where(bad, float('nan'), 1.0)
+        return {name: (value * factor if isinstance(value, torch.Tensor) else
+                       [item * factor for item in value]) if name in terms else value
+                for name, value in output.items()}
 
-    def _describe(self, model, args, kwargs, terms) -> str:
+    def _before_step(self, optimizer, args, kwargs) -> None:
+        self._stepped = True  # under a scaler: it found the gradients finite
+        bad, self._bad = self._bad, None
+        if bad is None or self._scaling():
+            return
+        if get_world_size() > 1:  # another rank's non-finite loss: a NaN gradient here
+            grad = next((p.grad for group in optimizer.param_groups for p in group['params']
+                         if p.grad is not None), None)
+            bad = bad if grad is None else bad | ~torch.isfinite(grad.view(-1)[0])
+        if bool(bad):  # the one host sync a step needs: the step must not run
+            raise NonFiniteLossError(self._stop_message())
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        stepped, self._stepped = self._stepped, False
+        if not self._scaling() or not runner.optim_wrapper.should_update():
+            return
+        bad, self._bad = self._bad, None
+        if stepped:
+            self.skipped_in_a_row = 0
+            return
+        # The scaler skipped this step on every rank (their gradients are the same): agree on
+        # whether a loss was non-finite somewhere; a skip with finite losses is a scale back-off.
+        flag = torch.zeros(()) if bad is None else bad.float()
+        all_reduce(flag, op='max')
+        if not bool(flag):
+            return
+        if self.skipped_in_a_row >= self.max_skipped_in_a_row:
+            raise NonFiniteLossError(self._stop_message())
+        self.skipped_in_a_row += 1
+        self.skipped_total += 1
+        message = self._describe()
+        reset = [name for name, module in self._model.named_modules()
+                 if hasattr(module, 'reset_running_stats')
+                 and not _all_finite(list(module.buffers(recurse=False)))]
+        for name in reset:  # NaN statistics stay NaN for good: re-estimated from the next batches
+            self._model.get_submodule(name).reset_running_stats()
+        runner.logger.warning(
+            f'{message} The loss scaler skipped this optimizer step ({self.skipped_in_a_row} in '
+            f'a row, {self.skipped_total} in this run)' +
+            (f'; running statistics reset: {", ".join(reset)}.' if reset else '.'))
+
+    def _stop_message(self) -> str:
+        last = self._runner.message_hub.get_info('last_ckpt', None)
+        return (f'{self._describe()} Training stopped before this iteration\'s optimizer step '
+                '(the weights are as the previous iteration left them); ' +
+                (f'the last checkpoint is {last}. ' if last else 'no checkpoint yet. ') +
+                'Lower the learning rate or warm it up longer, clip gradients '
+                '(optim_wrapper.clip_grad=dict(max_norm=1.0)), or fix the data, then --resume.')
+
+    def _describe(self) -> str:
         iteration = self._runner.iter + 1
+        terms = self._terms or {}
         values = ', '.join(f'{name}={float(value):.4g}' for name, value in terms.items())
         where = 'rank ' + str(get_rank()) + ': ' if get_world_size() > 1 else ''
-        # Every rank re-runs its forward pass, even one whose loss is finite: SyncBN layers
-        # would otherwise wait for the ranks that do.
+        args, kwargs, random_state = self._last
         state_now = torch_random_state()
         self._locating = True
-        try:
-            if self._before is not None:  # the same dropout masks as the failing pass
-                set_random_state(self._before['random'])
-            culprit = find_first_non_finite(model, args, kwargs)
+        try:  # on every rank, even one whose loss is finite: SyncBN waits for all
+            set_random_state(random_state)  # the same dropout masks as the failing pass
+            culprit = find_first_non_finite(self._model, args, kwargs)
         finally:
             self._locating = False
             set_random_state(state_now)

@@ -1,4 +1,5 @@
-"""The floating-point precision a run computes in: ``--precision {auto,fp16,bf16,fp32}``.
+"""``--precision {auto,fp16,bf16,fp32}`` trains (and tests) in the chosen precision on any device
+(mmengine's ``AmpOptimWrapper`` runs only on a GPU).
 
 The configs train as written for GPUs: float16 autocast with a dynamic loss scale
 (``AmpOptimWrapper``). ``fp16`` runs that, on a CPU through :class:`CPUAutocastOptimWrapper`
@@ -9,7 +10,7 @@ emulated (no ``avx512_bf16``/``amx_bf16``/Arm ``bf16`` flag) a bfloat16 or float
 float32 spectral islands and casts eat the gain; BENCHMARKS.md). The CPU's flags only decide the
 warning on an explicitly requested emulated precision. A precision the device cannot run is a
 :class:`~.errors.UserError` naming what is available, never a silent switch.
-``tools/test.py --precision`` evaluates under the same choice (:class:`AutocastTestLoop`).
+``tools/test.py --precision`` evaluates under the same choice where mmengine's ``TestLoop`` can.
 """
 import contextlib
 import functools
@@ -19,16 +20,13 @@ from contextlib import contextmanager
 
 import torch
 from mmengine.config import Config
-from mmengine.device import get_device
 from mmengine.logging import print_log
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
-from mmengine.registry import LOOPS, OPTIM_WRAPPERS
-from mmengine.runner import TestLoop
-from mmengine.runner.loops import _update_losses
+from mmengine.registry import OPTIM_WRAPPERS
 
 from .errors import UserError
 
-__all__ = ['PRECISIONS', 'AutocastTestLoop', 'CPUAutocastOptimWrapper', 'apply_precision',
+__all__ = ['EAGER_STEP', 'PRECISIONS', 'CPUAutocastOptimWrapper', 'apply_precision',
            'apply_test_precision', 'choose_precision', 'config_precision', 'cpu_flags']
 
 PRECISIONS = ('auto', 'fp16', 'bf16', 'fp32')
@@ -37,6 +35,8 @@ DTYPES = {'fp16': torch.float16, 'bf16': torch.bfloat16}
 NATIVE_CPU_FLAGS = {'bf16': ('avx512_bf16', 'amx_bf16', 'bf16'),
                     'fp16': ('avx512_fp16', 'amx_fp16', 'fphp', 'asimdhp')}
 _WRAPPERS = ('OptimWrapper', 'AmpOptimWrapper', 'CPUAutocastOptimWrapper')
+# What mmengine's TestLoop(fp16=True) autocasts to (its runner.amp.autocast), by CUDA or not.
+TEST_LOOP_PRECISION = {True: 'fp16', False: 'bf16'}
 
 
 @functools.cache
@@ -143,12 +143,36 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
     return chosen
 
 
+# Under compile=True mmengine compiles the whole train_step; traced, the optimizer step fails in
+# torch 2.14 on mmengine's ConfigDict param groups, and a learning rate changing every iteration
+# would recompile. These wrappers and CPUAutocastOptimWrapper keep update_params eager;
+# AfnoSegRunner builds them under compile in place of the config's type (EAGER_STEP).
+_eager_update_params = torch.compiler.disable(OptimWrapper.update_params)
+
+
+@OPTIM_WRAPPERS.register_module()
+class EagerStepOptimWrapper(OptimWrapper):
+    """``OptimWrapper`` whose ``update_params`` stays eager under ``compile``."""
+    update_params = _eager_update_params
+
+
+@OPTIM_WRAPPERS.register_module()
+class EagerStepAmpOptimWrapper(AmpOptimWrapper):
+    """``AmpOptimWrapper`` whose ``update_params`` stays eager under ``compile``."""
+    update_params = _eager_update_params
+
+
+EAGER_STEP = dict(OptimWrapper='EagerStepOptimWrapper', AmpOptimWrapper='EagerStepAmpOptimWrapper')
+
+
 @OPTIM_WRAPPERS.register_module()
 class CPUAutocastOptimWrapper(AmpOptimWrapper):
     """``AmpOptimWrapper`` on a CPU: ``torch.autocast('cpu', dtype)``, loss scaling through
-    ``torch.amp.GradScaler('cpu')``. mmengine's asserts a GPU in its ``__init__``; all the rest of
-    it is kept (scaled ``backward``, unscale for clipping, the scaler's step and update, its state
-    in ``state_dict``). ``bfloat16`` needs no loss scale (float32's exponent range).
+    ``torch.amp.GradScaler('cpu')``. mmengine's asserts a GPU in its ``__init__``, which this
+    one replaces (setting the ``_scale_update_param`` its ``step`` reads: docs/private_apis.md);
+    all the rest of it is kept (scaled ``backward``, unscale for clipping, the scaler's step and
+    update, its state in ``state_dict``); ``update_params`` stays eager under ``compile``.
+    ``bfloat16`` needs no loss scale (float32's exponent range).
 
     Args:
         dtype (str): ``'float16'`` (loss-scaled) or ``'bfloat16'``. Default: 'bfloat16'.
@@ -175,6 +199,8 @@ class CPUAutocastOptimWrapper(AmpOptimWrapper):
         self.loss_scaler = torch.amp.GradScaler(
             'cpu', enabled=self.cast_dtype == torch.float16, **scaler_args)
 
+    update_params = _eager_update_params
+
     def state_dict(self) -> dict:
         state = super().state_dict()
         if not self.loss_scaler.is_enabled():  # {}: an fp16 resume could not load it
@@ -187,47 +213,21 @@ class CPUAutocastOptimWrapper(AmpOptimWrapper):
             yield
 
 
-@LOOPS.register_module()
-class AutocastTestLoop(TestLoop):
-    """mmengine's ``TestLoop`` under ``torch.autocast(device, dtype)`` (its own ``fp16=True`` is
-    bfloat16 on a CPU and refuses float16 there).
-
-    Args:
-        dtype (str): 'float16' or 'bfloat16'. Default: 'float16'.
-        **kwargs: Passed to :class:`mmengine.runner.TestLoop`.
-    """
-
-    def __init__(self, *args, dtype: str = 'float16', **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.cast_dtype = getattr(torch, dtype)
-
-    @torch.no_grad()
-    def run_iter(self, idx, data_batch) -> None:
-        # TestLoop.run_iter with torch.autocast in place of mmengine's autocast(enabled=fp16)
-        self.runner.call_hook('before_test_iter', batch_idx=idx, data_batch=data_batch)
-        with torch.autocast(get_device(), dtype=self.cast_dtype):
-            outputs = self.runner.model.test_step(data_batch)
-        outputs, self.test_loss = _update_losses(outputs, self.test_loss)
-        self.evaluator.process(data_samples=outputs, data_batch=data_batch)
-        self.runner.call_hook('after_test_iter', batch_idx=idx, data_batch=data_batch,
-                              outputs=outputs)
-
-
 def apply_test_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = None) -> str:
-    """Set ``cfg.test_cfg`` to evaluate in the chosen precision (``auto``: the config's
-    ``test_cfg.fp16`` on CUDA, fp32 on a CPU); log it in one line."""
+    """Set ``cfg.test_cfg.fp16`` to evaluate in the chosen precision (``auto``: the config's on
+    CUDA, fp32 on a CPU); log it in one line. mmengine's ``TestLoop(fp16=True)`` autocasts to
+    float16 on CUDA and to bfloat16 on a CPU: the other two are a :class:`UserError`."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
     test_cfg = cfg.get('test_cfg') or {}
     configured = 'fp16' if test_cfg.get('fp16') else 'fp32'
     if requested == 'auto' and configured == 'fp32':
         return 'fp32'
     chosen, reason = _choose_here(requested, configured, cuda)
-    test_cfg.pop('fp16', None)
-    if chosen == 'fp32':
-        test_cfg['type'] = 'TestLoop'
-    else:
-        test_cfg.update(type='AutocastTestLoop',
-                        dtype='float16' if chosen == 'fp16' else 'bfloat16')
+    if chosen not in ('fp32', TEST_LOOP_PRECISION[cuda]):
+        raise UserError(f'--precision {chosen}: tools/test.py evaluates through mmengine\'s '
+                        f'TestLoop, which autocasts to {TEST_LOOP_PRECISION[cuda]} on '
+                        f'{"CUDA" if cuda else "a CPU"}; choose that or fp32')
+    test_cfg['fp16'] = chosen != 'fp32'
     cfg.test_cfg = test_cfg
     print_log(f'[afno_seg] test precision {chosen} ({reason})', logger='current',
               level=logging.INFO if chosen == configured else logging.WARNING)

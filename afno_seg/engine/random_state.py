@@ -1,13 +1,13 @@
-"""``RandomStateHook``: a resumed run draws the same random numbers as one that never stopped.
+"""A resumed run draws the same random numbers as one that never stopped (mmengine restores no
+random generator: ``RandomStateHook`` saves and restores them with the checkpoints).
 
-mmengine 0.10.7 restores weights, optimizer, schedulers and iteration on ``--resume``, and its
-``IterBasedTrainLoop`` replays the data pipeline's draws by fast-forwarding the loader. It does
-not restore the torch generators the model draws from (dropout, drop-path), which restart from
-the seed, and validation consumes random numbers, which shifts every later draw. This hook saves
-``checkpoint['rng_state']`` (the torch CPU/CUDA state at the save, and each rank's Python/NumPy
-states at the start of training, where the replayed stream starts), restores them on a resume
-(Python/NumPy before the fast-forward, torch before the first resumed iteration), and makes
-validation during training leave the generators as it found them.
+mmengine 0.10.7's ``IterBasedTrainLoop`` replays the data pipeline's draws on a resume by
+fast-forwarding the loader, but the torch generators the model draws from (dropout, drop-path)
+restart from the seed, and validation consumes random numbers, shifting every later draw. The
+hook saves ``checkpoint['rng_state']`` (the torch CPU/CUDA state at the save, each rank's
+Python/NumPy states at the start of training, where the replayed stream starts), restores them
+on a resume (Python/NumPy before the fast-forward, torch before the first resumed iteration),
+and makes validation during training leave the generators as it found them.
 
 Limits (warned): ``randomness.seed`` must be fixed (with ``seed=None`` the samplers get a new
 seed); with ``randomness.diff_rank_seed=True`` on several processes the torch state (rank 0's) is

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from mmengine.config import Config
-from mmengine.dist import is_distributed
+from mmengine.dist import get_rank, is_distributed
 from mmengine.logging import MessageHub, print_log
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import RUNNERS
@@ -24,10 +24,15 @@ from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
 from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
 from .cpu_memory import cache_freed_cpu_memory
-from .dataloader_faults import DEFAULT_TIMEOUT_S, explain_worker_failure, guard_dataloader
+from .dataloader_faults import (
+    DEFAULT_TIMEOUT_S,
+    TrackedDataset,
+    explain_worker_failure,
+    worker_init,
+)
 from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
-from .precision import apply_precision, apply_test_precision
+from .precision import EAGER_STEP, apply_precision, apply_test_precision
 from .preemption import TrainingInterrupted, restart_count, stop_signals_released
 from .preflight import check_before_runner, check_checkpoint, check_config_checkpoints
 from .results import print_results, test_results, train_results
@@ -123,11 +128,10 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
 class AfnoSegRunner(Runner):
     """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``): ``train()``
     releases the stop signals however it ends; without CUDA SyncBN runs as BatchNorm (no CPU
-    kernel); loaders with workers get a ``timeout`` (unless the config sets one; 0: none) and a
-    :class:`~.dataloader_faults.WorkerGuard`; with ``compile=True`` the wrapper's
-    ``update_params`` is ``torch.compiler.disable``-d: mmengine compiles the whole
-    ``train_step``, and traced, the optimizer step fails in torch 2.14 on mmengine's
-    ``ConfigDict`` param groups, and a learning rate changing every iteration would recompile."""
+    kernel); loaders with workers get a ``timeout`` (unless the config sets one; 0: none), a
+    :class:`~.dataloader_faults.TrackedDataset` and :func:`~.dataloader_faults.worker_init`
+    (unless the config sets a ``worker_init_fn``); with ``compile=True`` the optimizer wrapper's
+    type is one whose ``update_params`` stays eager (:data:`~.precision.EAGER_STEP`)."""
 
     def train(self, *args, **kwargs):
         """``Runner.train``, then the stop-signal handlers given back however it ended, so a
@@ -155,18 +159,20 @@ class AfnoSegRunner(Runner):
         return revert_sync_batchnorm(model)
 
     def build_optim_wrapper(self, optim_wrapper):
-        wrapper = super().build_optim_wrapper(optim_wrapper)
-        if self.cfg.get('compile'):
-            wrapper.update_params = torch.compiler.disable(wrapper.update_params)
-        return wrapper
+        if self.cfg.get('compile') and isinstance(optim_wrapper, dict):
+            kind = optim_wrapper.get('type', 'OptimWrapper')
+            optim_wrapper = {**optim_wrapper, 'type': EAGER_STEP.get(kind, kind)}
+        return super().build_optim_wrapper(optim_wrapper)
 
-    def build_dataloader(self, dataloader, *args, **kwargs):
-        name = next((name for name in ('train_dataloader', 'val_dataloader', 'test_dataloader')
-                     if getattr(self, f'_{name}', None) is dataloader), 'dataloader')
-        if isinstance(dataloader, dict) and dataloader.get('num_workers', 0) \
-                and 'timeout' not in dataloader:
-            dataloader = {**dataloader, 'timeout': DEFAULT_TIMEOUT_S}
-        return guard_dataloader(super().build_dataloader(dataloader, *args, **kwargs), name)
+    def build_dataloader(self, dataloader, seed=None, diff_rank_seed=False):
+        workers = dataloader.get('num_workers', 0) if isinstance(dataloader, dict) else 0
+        if workers and 'worker_init_fn' not in dataloader:  # (dataloader_faults)
+            timeout = dataloader.get('timeout', DEFAULT_TIMEOUT_S)
+            dataloader = {**dataloader, 'timeout': timeout, 'dataset': dict(
+                type=TrackedDataset, dataset=dataloader['dataset'], num_workers=workers,
+                timeout=timeout), 'worker_init_fn': dict(type=worker_init, num_workers=workers,
+                                                         rank=get_rank(), seed=seed)}
+        return super().build_dataloader(dataloader, seed, diff_rank_seed)
 
 
 def _runner_class(cfg: Config) -> type[Runner]:
