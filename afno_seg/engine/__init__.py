@@ -1,6 +1,6 @@
 """Small OpenMMLab extensions the stack lacks; importing this module registers them: the safe
 checkpoint loader and the atomic file backend, the checkpoint, random-state and non-finite-loss
-hooks, the CPU autocast optim wrapper and test loop, and :class:`AfnoSegRunner`."""
+hooks, the CPU autocast optim wrappers, and :class:`AfnoSegRunner`."""
 from . import random_state  # noqa: F401  (registers RandomStateHook)
 from .atomic_io import AtomicLocalBackend, SaveError, atomic_write, remove_stale_temp_files
 from .checkpoint import CheckpointError
