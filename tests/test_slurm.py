@@ -247,7 +247,10 @@ def write_slurm_config(folder: Path, *hooks: str) -> str:
         folder,
         custom_imports="dict(imports=['afno_seg', 'reliability_seams', 'slurm_seams'], "
                        "allow_failed_imports=False)",
-        custom_hooks='[' + ', '.join(["dict(type='RandomStateHook')", *hooks]) + ']')
+        custom_hooks='[' + ', '.join(["dict(type='RandomStateHook')", *hooks]) + ']',
+        # the ranks agree on a signal every iteration (default 10): the runs are 8 long
+        default_hooks="dict(checkpoint=dict(type='AtomicCheckpointHook', interval=2, "
+                      "max_keep_ckpts=2, agree_every=1))")
 
 
 def slurm_train_command(config: str, job_name: str, data_root, work_dir) -> list[str]:
