@@ -31,7 +31,6 @@ import itertools
 import json
 import os
 import os.path as osp
-import signal
 import socket
 import sys
 import threading
@@ -47,6 +46,7 @@ from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader
 
 from ..engine.atomic_io import SaveError, atomic_write, remove_stale_temp_files
+from ..engine.dataloader_faults import leave_stop_signals_to_parent
 from ..engine.distributed import process_running
 from ..engine.errors import UserError
 from ..engine.preemption import StopSignals
@@ -107,13 +107,6 @@ def _decode(prepare, max_pixels: int, item: InputFile) -> tuple:
         return item, image, prepare(image), None
     except Exception as error:  # any bad file is a failure of its own, named
         return item, None, None, _reason(error, item.path)
-
-
-def _leave_stop_signals_to_the_parent(_) -> None:
-    """In a DataLoader worker: torchrun and a terminal signal the whole process group, and a worker
-    that died of it would fail the parent's loader before the parent could stop in order."""
-    for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, signal.SIG_IGN)
 
 
 class _Run:
@@ -210,7 +203,7 @@ class _Run:
         loader = DataLoader(items, batch_size=None, num_workers=workers if items else 0,
                             collate_fn=functools.partial(_decode, self.segmenter.prepare,
                                                          self.max_pixels),
-                            worker_init_fn=_leave_stop_signals_to_the_parent)
+                            worker_init_fn=leave_stop_signals_to_parent)
         buckets: dict[tuple, list] = {}
         for item, image, prepared, reason in loader:
             if self.stopped_by:
