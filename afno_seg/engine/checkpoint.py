@@ -175,18 +175,25 @@ def _download(url: str) -> str:
 
     from torch.hub import download_url_to_file, get_dir
     cached = osp.join(get_dir(), 'checkpoints', osp.basename(urlparse(url).path))
+
+    def fetch() -> None:
+        if osp.isfile(cached):
+            return
+        try:
+            os.makedirs(osp.dirname(cached), exist_ok=True)
+            download_url_to_file(url, cached, progress=False)
+        except Exception as error:  # noqa: BLE001  (URLError, HTTPError, OSError: one line)
+            raise CheckpointError(
+                f'could not download checkpoint {url}: {type(error).__name__}: {error}; '
+                'download it where you can and pass the file\'s path') from None
+
     rank, world_size = get_dist_info()
-    for turn in range(min(world_size, 2)):  # turn 0: rank 0; turn 1: the others
-        if (rank == 0) == (turn == 0) and not osp.isfile(cached):
-            try:
-                os.makedirs(osp.dirname(cached), exist_ok=True)
-                download_url_to_file(url, cached, progress=False)
-            except Exception as error:  # noqa: BLE001  (URLError, HTTPError, OSError: one line)
-                raise CheckpointError(
-                    f'could not download checkpoint {url}: {type(error).__name__}: {error}; '
-                    'download it where you can and pass the file\'s path') from None
-        if world_size > 1 and turn == 0:
-            barrier()
+    if rank == 0:
+        fetch()
+    if world_size > 1:
+        barrier()
+        if rank > 0:
+            fetch()  # a node of its own (a cache not shared with rank 0's)
     return cached
 
 
