@@ -54,7 +54,7 @@ class AllMLPHead(BaseDecodeHead):
                                       act_cfg=self.act_cfg)
 
     def forward(self, inputs: list[Tensor]) -> Tensor:
-        inputs = self._transform_inputs(inputs)
+        inputs = [inputs[i] for i in self.in_index]  # 'multiple_select', always
         fuse = self.linear_fuse
         # Column blocks of the fusion weight, released order (deepest stage first) reversed.
         blocks = fuse.conv.weight.flatten(1).chunk(len(inputs), dim=1)[::-1]

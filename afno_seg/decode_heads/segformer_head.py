@@ -32,7 +32,7 @@ class LowResFusionSegformerHead(SegformerHead):
     """``SegformerHead`` (same arguments and parameters), fused at each input's resolution."""
 
     def forward(self, inputs: list[Tensor]) -> Tensor:
-        inputs = self._transform_inputs(inputs)
+        inputs = [inputs[i] for i in self.in_index]  # 'multiple_select', always
         fusion = self.fusion_conv  # mmseg's: ConvModule, 1x1, order (conv, norm, act)
         size = inputs[0].shape[2:]
         out = None
