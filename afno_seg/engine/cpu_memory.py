@@ -1,47 +1,30 @@
-"""A CPU training step does not page-fault its large activations anew every step (glibc hands
-freed large blocks back to the kernel, and torch's CPU allocator keeps no cache of its own).
-
-glibc serves a request above ``M_MMAP_THRESHOLD`` (adaptive, at most 32 MiB on 64-bit) with a
-fresh ``mmap`` and unmaps it on ``free``; each first touch of fresh memory is a page fault in
-which the kernel zeroes a page. Raised mmap and trim thresholds keep freed blocks for reuse (the
-trade of CUDA's caching allocator: the resident size stays at the peak); measured in
-BENCHMARKS.md ("What made AFNO fast", item 7). glibc only, per process, inherited by forked
-workers; ``AFNO_SEG_CPU_MEMORY_CACHE=0`` turns it off.
-"""
+"""A CPU training step re-uses the memory of its large activations instead of page-faulting it
+in anew each step: glibc unmaps freed blocks above its mmap threshold and torch's CPU allocator
+keeps no cache. Measured 7-12% per CPU step (BENCHMARKS.md, "What made AFNO fast", item 7)."""
 import ctypes
 import ctypes.util
 import os
 import platform
 
-__all__ = ['CPU_MEMORY_CACHE_ENV', 'cache_freed_cpu_memory']
+__all__ = ['cache_freed_cpu_memory']
 
-CPU_MEMORY_CACHE_ENV = 'AFNO_SEG_CPU_MEMORY_CACHE'
-# <malloc.h>: parameter numbers of mallopt().
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-# mallopt takes an int; requests above this (2 GiB) still get their own mapping.
-_LARGEST_THRESHOLD = 2**31 - 1
-
-_applied = False
+# <malloc.h>: mallopt's M_TRIM_THRESHOLD and M_MMAP_THRESHOLD, set to the largest int it takes.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _LARGEST = -1, -3, 2**31 - 1
 
 
 def cache_freed_cpu_memory() -> bool:
-    """Serve large CPU allocations from the heap and keep freed ones there; True when in effect
-    for this process, False on a libc without ``mallopt`` or with the switch off."""
-    global _applied
-    if _applied:
-        return True
-    if os.environ.get(CPU_MEMORY_CACHE_ENV, '1').strip().lower() in ('0', 'false', 'no', 'off'):
+    """Keep freed large blocks in this process's heap (the resident size stays at the peak, as
+    with CUDA's caching allocator; forked workers inherit it). True when in effect; False with
+    ``AFNO_SEG_CPU_MEMORY_CACHE=0`` or without glibc (musl's ``mallopt`` does nothing)."""
+    if os.environ.get('AFNO_SEG_CPU_MEMORY_CACHE', '1').lower() in ('0', 'false', 'no', 'off'):
         return False
-    if platform.libc_ver()[0] != 'glibc':  # musl's mallopt does nothing; others have none
+    if platform.libc_ver()[0] != 'glibc':
         return False
     try:
         mallopt = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6').mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    # Trim first: with only the mmap threshold raised, freed top-of-heap memory would still be
-    # handed back to the kernel (and faulted in again) once it exceeds the default 128 KiB.
-    _applied = bool(mallopt(_M_TRIM_THRESHOLD, _LARGEST_THRESHOLD)
-                    and mallopt(_M_MMAP_THRESHOLD, _LARGEST_THRESHOLD))
-    return _applied
+    # Trim first: with the mmap threshold alone raised, freed memory at the top of the heap
+    # would still go back to the kernel once it exceeds the default 128 KiB.
+    return bool(mallopt(_M_TRIM_THRESHOLD, _LARGEST) and mallopt(_M_MMAP_THRESHOLD, _LARGEST))

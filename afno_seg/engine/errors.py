@@ -1,4 +1,4 @@
-"""Errors a user can act on: the tools print their message alone, without a traceback."""
+"""Errors a user can act on: the tools print the message alone, without a traceback."""
 
 __all__ = ['UserError', 'check_device', 'error_chain']
 
@@ -8,8 +8,7 @@ class UserError(Exception):
 
 
 def check_device(device: str) -> str:
-    """``device`` (``--device`` of every tool that takes one) when this machine has it: a CUDA
-    device without CUDA is one line here, not torch's driver error from the first tensor moved."""
+    """``--device``, refused in one line where it names CUDA and there is none (not torch's."""
     import torch
     if str(device).startswith('cuda') and not torch.cuda.is_available():
         raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')

@@ -1,6 +1,6 @@
-"""What tools/train.py, tools/test.py and the study's steps share: config loading, preflight,
-device adaptation, the train and test runs, and one line (no traceback) for the failures a long
-run meets: bad input, a stop signal, a dead data loader worker, a dead rank."""
+"""tools/train.py and tools/test.py as functions: a long run's failures (bad input, a stop signal,
+a dead loader worker or rank) end in one line and an exit status, not mmengine's traceback, and
+GPU configs run on a CPU."""
 import gc
 import logging
 import os
@@ -34,42 +34,21 @@ from .distributed import explain_collective_failure, init_cpu_process_group, rec
 from .errors import UserError
 from .precision import EAGER_STEP, apply_precision, apply_test_precision
 from .preemption import TrainingInterrupted, restart_count, stop_signals_released
-from .preflight import check_before_runner, check_checkpoint, check_config_checkpoints
+from .preflight import check_data_roots, check_model_types, check_pretrained, check_work_dir
 from .results import print_results, test_results, train_results
 
 __all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'check_config_path',
            'load_config', 'run_test', 'run_tool', 'run_train', 'write_switched_config']
 
-#: What mmengine's Config.fromfile reads, and the files the tools read as checkpoints.
-CONFIG_SUFFIXES = ('.py', '.yml', '.yaml', '.json')
+CONFIG_SUFFIXES = ('.py', '.yml', '.yaml', '.json')  # what Config.fromfile reads
 CHECKPOINT_SUFFIXES = ('.pth', '.pt', '.ckpt', '.safetensors', '.bin')
-# True inside run_tool (a failure then ends the process); a context variable, so no state
-# outlives the call.
+# True inside run_tool (a failure then ends the process).
 _IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
 
 
-def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = None,
-                work_dir: str | None = None, *, mixer: str | None = None,
-                pretrained: bool = True) -> Config:
-    """``Config.fromfile`` of a path or ``mmseg::...`` config plus mmseg's tool conventions
-    (``--cfg-options``, default work_dir), then ``--mixer`` (:func:`switch_mixer`; ``pretrained``
-    False: no MiT weights named); a missing file is one :class:`UserError` line."""
-    path = check_config_path(config)
-    cfg = Config.fromfile(path)
-    cfg.launcher = launcher
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    if work_dir is not None:
-        cfg.work_dir = work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
-    return switch_mixer(cfg, mixer, pretrained, default_work_dir=work_dir is None)
-
-
 def check_config_path(config: str, checkpoint: str | None = None) -> str:
-    """The file of ``config`` (``mmseg::`` resolved), refused in one line when it is missing or
-    no config (mmengine reads .py/.yml/.yaml/.json; its own refusal is a traceback): a checkpoint
-    given as the config, or config and ``checkpoint`` swapped, is named as such."""
+    """The file of ``config`` (``mmseg::`` resolved); a missing one, a checkpoint in its place
+    or config and ``checkpoint`` swapped is one line (mmengine's is a traceback)."""
     path = resolve_config_path(config)
     if Path(path).suffix in CONFIG_SUFFIXES:
         if not osp.isfile(path):
@@ -83,11 +62,27 @@ def check_config_path(config: str, checkpoint: str | None = None) -> str:
                     'the tools take the config first, then the checkpoint')
 
 
+def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = None,
+                work_dir: str | None = None, *, mixer: str | None = None,
+                pretrained: bool = True, checkpoint: str | None = None) -> Config:
+    """``Config.fromfile`` (:func:`check_config_path` first) with mmseg's tool conventions
+    (``--cfg-options``, default work_dir), then ``--mixer`` (``pretrained`` False: no MiT file)."""
+    path = check_config_path(config, checkpoint)
+    cfg = Config.fromfile(path)
+    cfg.launcher = launcher
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    return switch_mixer(cfg, mixer, pretrained, default_work_dir=work_dir is None)
+
+
 def write_switched_config(config: str, spec: str | None, out_dir: str,
                           cfg_options: dict | None = None) -> str:
-    """The config a tool that reads a config file should use: ``config`` itself without a
-    spec (``mmseg::`` resolved), else the derived config written as
-    ``out_dir/<stem>_<spec>.py`` (``cfg_options`` merged into it). Returns its path."""
+    """The path of ``config`` itself without a mixer ``spec``, else of the derived config,
+    written as ``out_dir/<stem>_<spec>.py`` (``cfg_options`` merged)."""
     if spec is None:
         return resolve_config_path(config)
     cfg = load_config(config, cfg_options=cfg_options, mixer=spec, pretrained=False)
@@ -100,12 +95,9 @@ def write_switched_config(config: str, spec: str | None, out_dir: str,
 def adapt_config_to_device(cfg: Config, distributed: bool = False,
                            cuda_available: bool | None = None,
                            precision: str | None = 'auto') -> Config:
-    """Rewrite ``cfg``, written for GPU clusters (8 GPUs, fp16, SyncBN), in place for the device
-    and return it, logging what changed: the precision (:func:`.apply_precision`; None: the
-    optimizer wrapper as it is, for a run that does not train), and without CUDA for distributed
-    runs gloo and mmengine's DDP wrapper with ``device_ids=None`` (the Runner's default passes
-    ``[LOCAL_RANK]``, which DDP refuses for CPU modules). SyncBN becomes BatchNorm once the model
-    is built (:class:`AfnoSegRunner`)."""
+    """Rewrite a GPU config in place for this device, logging what changed: the precision
+    (:func:`.apply_precision`; None: left as it is) and, distributed without CUDA, gloo and
+    mmengine's DDP with ``device_ids=None`` (the Runner's ``[LOCAL_RANK]`` fails on a CPU)."""
     cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
     if precision is not None:
         apply_precision(cfg, precision, cuda_available)
@@ -126,36 +118,29 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
 
 @RUNNERS.register_module()
 class AfnoSegRunner(Runner):
-    """mmengine's ``Runner`` as the tools run it (``runner_type='AfnoSegRunner'``): ``train()``
-    releases the stop signals however it ends; without CUDA SyncBN runs as BatchNorm (no CPU
-    kernel); loaders with workers get a ``timeout`` (unless the config sets one; 0: none), a
-    :class:`~.dataloader_faults.TrackedDataset` and :func:`~.dataloader_faults.worker_init`
-    (unless the config sets a ``worker_init_fn``); with ``compile=True`` the optimizer wrapper's
-    type is one whose ``update_params`` stays eager (:data:`~.precision.EAGER_STEP`)."""
+    """mmengine's ``Runner`` as the tools run it: ``train()`` releases the stop signals however
+    it ends; without CUDA SyncBN runs as BatchNorm; loaders with workers get a ``timeout``, a
+    :class:`~.dataloader_faults.TrackedDataset` and :func:`~.dataloader_faults.worker_init`;
+    under ``compile=True`` the optimizer step stays eager (:data:`~.precision.EAGER_STEP`)."""
 
     def train(self, *args, **kwargs):
-        """``Runner.train``, then the stop-signal handlers given back however it ended, so a
-        process that goes on (a test session) gets SIGTERM/SIGINT back. Inside :func:`run_tool` a
-        failure sets them to ``SIG_IGN`` instead: the tool exits after its one-line message, which
-        torchrun's SIGTERM to the survivors of a dead rank must not cut short. (No hook can:
-        mmengine calls none on an exception.)"""
+        # No hook can: mmengine calls none on an exception. Inside run_tool a failure ignores
+        # the signals instead: torchrun's SIGTERM to the survivors of a dead rank must not cut
+        # the one-line message short.
         with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
             return super().train(*args, **kwargs)
 
     def load_checkpoint(self, filename, *args, **kwargs):
-        """``Runner.load_checkpoint`` whose result holds no config text where mmengine's
-        ``resume`` would execute it (``Config.fromstring(meta['config'])``): the registered loader
-        drops it already; this also covers a loader someone else registers for a prefix."""
+        # Runner.resume executes meta['config']: dropped whatever loader serves the prefix.
         return without_config_text(super().load_checkpoint(filename, *args, **kwargs))
 
     def build_model(self, model):
         model = super().build_model(model)
         if torch.cuda.is_available():
             return model
-        count = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules())
-        if count:
-            print_log(f'[afno_seg] no CUDA device: {count} SyncBN layer(s) run as BatchNorm.',
-                      logger='current', level=logging.WARNING)
+        if any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()):
+            print_log('[afno_seg] no CUDA device: SyncBN runs as BatchNorm.', logger='current',
+                      level=logging.WARNING)
         return revert_sync_batchnorm(model)
 
     def build_optim_wrapper(self, optim_wrapper):
@@ -166,7 +151,7 @@ class AfnoSegRunner(Runner):
 
     def build_dataloader(self, dataloader, seed=None, diff_rank_seed=False):
         workers = dataloader.get('num_workers', 0) if isinstance(dataloader, dict) else 0
-        if workers and 'worker_init_fn' not in dataloader:  # (dataloader_faults)
+        if workers and 'worker_init_fn' not in dataloader:
             timeout = dataloader.get('timeout', DEFAULT_TIMEOUT_S)
             dataloader = {**dataloader, 'timeout': timeout, 'dataset': dict(
                 type=TrackedDataset, dataset=dataloader['dataset'], num_workers=workers,
@@ -175,39 +160,29 @@ class AfnoSegRunner(Runner):
         return super().build_dataloader(dataloader, seed, diff_rank_seed)
 
 
-def _runner_class(cfg: Config) -> type[Runner]:
-    """:class:`AfnoSegRunner`, or the config's ``runner_type`` if that subclasses it."""
-    name = runner = cfg.get('runner_type', 'AfnoSegRunner')
-    if isinstance(name, str):
-        with RUNNERS.switch_scope_and_registry(cfg.get('_scope_')) as registry:
-            runner = registry.get(name)
-        if runner is None:
-            raise UserError(f'runner_type={name!r} is not a registered runner; check the name, '
-                            'or import the module that registers it (custom_imports)')
-    if not (isinstance(runner, type) and issubclass(runner, AfnoSegRunner)):
-        raise UserError(f'runner_type={name!r}: the tools need a subclass of '
-                        'afno_seg.engine.AfnoSegRunner (stop signals, SyncBN on a CPU); '
-                        'derive it from that class instead of mmengine\'s Runner')
-    return runner
-
-
 def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
-    """Check data, work_dir, model types; adapt to the device and ``precision`` (on a CPU also
-    the allocator, :mod:`.cpu_memory`), join a CPU process group (``--launcher pytorch`` or
-    ``slurm``), build an :class:`AfnoSegRunner`; ranks note each other (:func:`.record_peers`)."""
-    check_before_runner(cfg, loaders)
-    # a test run builds no optimizer wrapper
-    adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',
+    """Check the data of ``loaders``, the work_dir and the model types; adapt to the device and
+    ``precision``; on a CPU keep freed memory (:mod:`.cpu_memory`) and join a gloo group under
+    ``--launcher pytorch|slurm``; build the config's ``runner_type`` (an :class:`AfnoSegRunner`)."""
+    check_data_roots(cfg, loaders)
+    check_work_dir(cfg.work_dir)
+    check_model_types(cfg)
+    adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',  # a test builds no optimizer
                            precision=precision if 'train_dataloader' in loaders else None)
     if not torch.cuda.is_available():
-        cache_freed_cpu_memory()  # large activations re-used, not page-faulted anew each step
+        cache_freed_cpu_memory()
         if cfg.launcher in ('pytorch', 'slurm'):
             dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
             init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
         elif cfg.launcher == 'mpi':  # mmengine's MPI start calls torch.cuda.set_device
             raise UserError('--launcher mpi needs CUDA; on CPUs use --launcher pytorch '
                             '(tools/dist_train.sh) or slurm (tools/slurm_train.sh)')
-    runner = _runner_class(cfg).from_cfg(cfg)
+    name = cfg.get('runner_type', 'AfnoSegRunner')
+    runner_class = RUNNERS.get(name) if isinstance(name, str) else name
+    if not (isinstance(runner_class, type) and issubclass(runner_class, AfnoSegRunner)):
+        raise UserError(f'runner_type={name!r}: the tools need a registered subclass of '
+                        'afno_seg.engine.runner.AfnoSegRunner')
+    runner = runner_class.from_cfg(cfg)
     record_peers()
     return runner
 
@@ -216,9 +191,8 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
               launcher: str = 'none', resume: bool = False, precision: str = 'auto',
               mixer: str | None = None, from_scratch: bool = False, trust: bool = False,
               edit: Callable[[Config], None] | None = None) -> None:
-    """What ``tools/train.py`` runs, its flags as arguments: load ``config`` (a path or
-    ``mmseg::...``; ``mixer`` as ``--mixer``), ``edit(cfg)`` it (``--amp``), resume when asked or
-    restarted by torchrun/Slurm, check the checkpoints it names, build the runner, train."""
+    """``tools/train.py``, its flags as arguments (``edit(cfg)``: ``--amp``); a torchrun or
+    Slurm restart resumes as ``--resume`` does."""
     cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer)
     if edit is not None:
         edit(cfg)
@@ -228,7 +202,7 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
                   f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
                   level=logging.WARNING)
     cfg.resume = resume or restarted is not None
-    check_config_checkpoints(cfg, cfg.resume, from_scratch, trust)
+    check_pretrained(cfg, from_scratch)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
     runner = build_runner(cfg, loaders, precision)
     runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
@@ -241,14 +215,10 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
              cfg_options: dict | None = None, *, launcher: str = 'none',
              precision: str = 'auto', mixer: str | None = None, trust: bool = False,
              edit: Callable[[Config], None] | None = None) -> None:
-    """What ``tools/test.py`` runs, its flags as arguments: check ``checkpoint``, load ``config``
-    as :func:`run_train` does, ``edit(cfg)`` it (``--tta``, ``--show``, ...), evaluate in
-    ``precision``; a checkpoint that does not fit the model is refused, not evaluated with random
-    weights."""
-    check_config_path(config, checkpoint)  # swapped arguments named before either is read
-    if not trust:
-        check_checkpoint(checkpoint)  # a bad/unsafe file named at once, before the Runner
-    cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer, pretrained=False)
+    """``tools/test.py``, its flags as arguments (``edit(cfg)``: ``--tta``, ``--show``, ...); a
+    checkpoint that does not fit the model is refused, not evaluated with random weights."""
+    cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer, pretrained=False,
+                      checkpoint=checkpoint)
     cfg.load_from = checkpoint
     use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
     if edit is not None:
@@ -263,15 +233,9 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
 
 
 def run_tool(main: Callable[[], None]) -> int:
-    """Run a tool's main and return its exit status (main's own when it returns an int): 1 with
-    the message alone on stderr for a :class:`UserError`, a dead or stuck data-loader worker or
-    a dead rank; 75 for a stop signal (:class:`~.preemption.TrainingInterrupted`, logged by the
-    checkpoint hook).
-
-    A torchrun child then leaves without interpreter finalization (output and logs flushed):
-    gloo's threads, still referenced by DDP objects only the garbage collector frees, could
-    otherwise abort the finished rank at exit (SIGABRT, "terminate called without an active
-    exception")."""
+    """A tool's main as its exit status (main's own int, else 0): 1 with the message alone on
+    stderr for a :class:`UserError`, a dead or stuck loader worker, a dead rank; 75 for a stop
+    signal (:class:`~.preemption.TrainingInterrupted`)."""
     code, peers_lost = 0, False
     token = _IN_TOOL.set(True)
     try:
@@ -282,7 +246,9 @@ def run_tool(main: Callable[[], None]) -> int:
     except Exception as error:
         message = str(error) if isinstance(error, UserError) else explain_worker_failure(error)
         if message is None:
-            message = explain_collective_failure(error, _current_iteration())
+            iteration = MessageHub.get_current_instance().get_info('iter')  # None: no training
+            message = explain_collective_failure(error, None if iteration is None else
+                                                 iteration + 1)
             peers_lost = message is not None
         if message is None:
             raise
@@ -291,27 +257,16 @@ def run_tool(main: Callable[[], None]) -> int:
     finally:
         _IN_TOOL.reset(token)
         if is_distributed() and not peers_lost:
-            _leave_process_group()
-    # A peer is gone: destroying the group could wait for it; leave at once (bounded exit).
-    # torchrun's children and Slurm's tasks: a fast exit also narrows srun's kill-on-bad-exit
-    # window after a 75 (docs/install.md)
+            with suppress(RuntimeError):  # a peer already failed: leave anyway
+                torch.distributed.barrier()
+            gc.collect()  # the cycles that hold DDP's reducer
+            torch.distributed.destroy_process_group()
+    # A lost peer: destroying the group could wait for it. torchrun's children and Slurm's
+    # tasks: gloo threads still held by DDP objects could abort a finished rank at interpreter
+    # exit (SIGABRT), and a fast exit narrows srun's kill-on-bad-exit window after a 75.
     if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ or 'SLURM_STEP_ID' in os.environ:
         sys.stdout.flush()
         sys.stderr.flush()
         logging.shutdown()
         os._exit(code)
     return code
-
-
-def _current_iteration() -> int | None:
-    """The training iteration running now (mmengine's runtime info), if any."""
-    iteration = MessageHub.get_current_instance().get_info('iter')  # None: not training
-    return None if iteration is None else iteration + 1
-
-
-def _leave_process_group() -> None:
-    """Wait for every rank, free the cycles that hold DDP's reducer, then destroy the group."""
-    with suppress(RuntimeError):  # a peer already failed: leave anyway
-        torch.distributed.barrier()
-    gc.collect()
-    torch.distributed.destroy_process_group()
