@@ -29,7 +29,6 @@ from afno_seg.engine.checkpoint import (
     load_checkpoint_file,
     trusted_checkpoints,
 )
-from afno_seg.engine.preflight import check_checkpoint, config_checkpoints
 
 from conftest import TINY_CONFIG
 
@@ -112,14 +111,15 @@ def test_tools_refuse_payload(script, extra, evil, tiny_demo_data, tmp_path, cap
     extra = [images if a == 'IMAGES' else a.replace('OUT', str(tmp_path / 'out')) for a in extra]
     argv = [TINY_CONFIG, str(path), *extra]
     if script == 'tools/test.py':
-        argv += ['--work-dir', str(tmp_path / 'work')]
+        argv += ['--work-dir', str(tmp_path / 'work'), *data_options(tiny_demo_data)]
     err = refused(capsys, marker, tool(script).main, *argv)
     assert_refusal(err, path)
     assert len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize('how', ['load_from', 'resume'])
-def test_train_refuses_payload_before_the_runner(how, evil, tiny_demo_data, tmp_path, capsys):
+def test_train_refuses_payload(how, evil, tiny_demo_data, tmp_path, capsys):
+    """Refused where the Runner reads the file (the registered loader), in one line."""
     path, marker = evil
     work = tmp_path / 'work'
     argv = [TINY_CONFIG, '--work-dir', str(work), *data_options(tiny_demo_data)]
@@ -131,7 +131,7 @@ def test_train_refuses_payload_before_the_runner(how, evil, tiny_demo_data, tmp_
         argv.insert(1, '--resume')
     err = refused(capsys, marker, tool('tools/train.py').main, *argv)
     assert_refusal(err, path)
-    assert not list(work.glob('*/*.log'))  # no Runner was built: it would have logged
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_converter_publisher_and_library_refuse_payload(evil, tmp_path, capsys):
@@ -146,7 +146,7 @@ def test_converter_publisher_and_library_refuse_payload(evil, tmp_path, capsys):
 
     from afno_seg.backbones import load_pretrained_mit
     from afno_seg.engine.checkpoint import read_state_dict
-    for load in (check_checkpoint, read_state_dict, load_checkpoint_file,
+    for load in (read_state_dict, load_checkpoint_file,
                  lambda p: _load_checkpoint(p, map_location='cpu'),  # Runner, MMSegInferencer
                  lambda p: init_model(Config.fromfile(TINY_CONFIG), p, device='cpu'),
                  lambda p: load_pretrained_mit(torch.nn.Linear(1, 1), p)):  # init_cfg Pretrained
@@ -191,18 +191,6 @@ def test_getattr_reaches_history_buffer_statistics_only(tmp_path):
             load_checkpoint_file(str(tmp_path / 'bad.pth'))
 
 
-def test_preflight_finds_every_checkpoint_a_config_reads(tmp_path):
-    cfg = Config(dict(work_dir=str(tmp_path), load_from='a.pth', model=dict(backbone=dict(
-        init_cfg=dict(type='Pretrained', checkpoint='mit.pth')), decode_head=dict(init_cfg=[
-            dict(type='Pretrained', checkpoint='head.pth'),
-            dict(type='Pretrained', checkpoint='https://x/y.pth')]))))
-    assert config_checkpoints(cfg) == ['a.pth', 'mit.pth', 'head.pth', 'https://x/y.pth']
-    (tmp_path / 'last_checkpoint').write_text('/w/iter_3.pth\n')
-    cfg.load_from = None
-    assert config_checkpoints(cfg, resume=True) == ['/w/iter_3.pth', 'mit.pth', 'head.pth',
-                                                    'https://x/y.pth']
-
-
 def test_import_leaves_torch_and_mmengine_as_safe_as_they_were(tmp_path):
     """A fresh interpreter: torch's allowlist and mmengine's refusal before and after import."""
     marker = tmp_path / 'MARKER'
@@ -243,7 +231,6 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
 
     from afno_seg.deployment.model import load_segmentor
     from afno_seg.engine.checkpoint import read_state_dict
-    check_checkpoint(str(trained))
     assert 'message_hub' in load_checkpoint_file(str(trained))
     assert len(read_state_dict(str(trained))) > 0
     init_model(Config.fromfile(TINY_CONFIG), str(trained), device='cpu')

@@ -178,7 +178,7 @@ def test_pretrained_weights_present(tmp_path, logged):
 def test_pretrained_weights_absent(tmp_path, logged):
     """--mixer names the file where it should be; the training preflight refuses it missing, in
     one line saying where to get it, unless --from-scratch, which drops it (one line)."""
-    from afno_seg.engine.preflight import PretrainedMissingError, check_config_checkpoints
+    from afno_seg.engine.preflight import PretrainedMissingError, check_pretrained
     cfg = Config.fromfile(resolve_config_path(ADE_B0))
     assert '://' in cfg.model.backbone.init_cfg.checkpoint  # mmseg's URL, never fetched
     switch_mixer(cfg, 'gfn', pretrained_dir=str(tmp_path))
@@ -186,7 +186,7 @@ def test_pretrained_weights_absent(tmp_path, logged):
     assert cfg.model.backbone.init_cfg == dict(type='Pretrained', checkpoint=expected)
     assert logged == []  # the preflight speaks
     with pytest.raises(PretrainedMissingError) as error:
-        check_config_checkpoints(cfg)
+        check_pretrained(cfg)
     message = str(error.value)
     assert f"model.backbone.init_cfg.checkpoint='{expected}'" in message
     assert 'hf download nvidia/mit-b3' in message and '--from-scratch' in message
@@ -194,18 +194,16 @@ def test_pretrained_weights_absent(tmp_path, logged):
     folder = tmp_path / 'mit-b0'  # a transformers download: the MiT loader reads the folder
     folder.mkdir()
     cfg.model.backbone.init_cfg.checkpoint = str(folder)
-    check_config_checkpoints(cfg)
+    check_pretrained(cfg)
     cfg.model.backbone.init_cfg.checkpoint = expected
     # a whole model as load_from (a transplant): the MiT file it would replace is not asked for
     whole = copy.deepcopy(cfg)
-    whole.load_from = str(tmp_path / 'segformer.pth')
-    Path(whole.load_from).write_bytes(b'')  # not read here: only an existing file is checked
-    with pytest.raises(Exception, match='segformer.pth'):
-        check_config_checkpoints(whole)
+    whole.load_from = str(tmp_path / 'segformer.pth')  # not read here: the Runner reads it
+    check_pretrained(whole)
     assert whole.model.backbone.init_cfg is None
-    check_config_checkpoints(cfg, from_scratch=True)
+    check_pretrained(cfg, from_scratch=True)
     assert cfg.model.backbone.init_cfg is None
-    check_config_checkpoints(cfg)  # nothing left to refuse
+    check_pretrained(cfg)  # nothing left to refuse
 
 
 @pytest.mark.parametrize('route', ['config', '--mixer'])
@@ -232,13 +230,13 @@ def test_from_scratch_builds_the_project_config_without_its_pretrained_file(tmp_
     from mmseg.registry import MODELS
 
     from afno_seg.backbones.mixer_mit import ARCH_SETTINGS
-    from afno_seg.engine.preflight import check_config_checkpoints
+    from afno_seg.engine.preflight import check_pretrained
     monkeypatch.chdir(tmp_path)
     cfg = Config.fromfile(str(ROOT / 'configs' / 'segformer_afno_b3_cityscapes.py'))
     cfg.model.backbone.arch = 'b0'  # the rule does not depend on the size; B0 is quicker
     sizes = ARCH_SETTINGS['b0']
     cfg.model.decode_head.in_channels = [sizes['embed_dims'] * h for h in sizes['num_heads']]
-    check_config_checkpoints(cfg, from_scratch=True)
+    check_pretrained(cfg, from_scratch=True)
     assert cfg.model.backbone.init_cfg is None
     init_default_scope('mmseg')
     MODELS.build(cfg.model).init_weights()

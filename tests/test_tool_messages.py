@@ -64,11 +64,11 @@ def test_the_demo_config_needs_no_mit_weights_under_mixer(tmp_path, monkeypatch)
     """It names none, so --mixer names none: nothing for the training preflight to refuse."""
     from mmengine.config import Config
 
-    from afno_seg.engine.preflight import check_config_checkpoints
+    from afno_seg.engine.preflight import check_pretrained
     monkeypatch.chdir(tmp_path)  # no data/pretrained here
     cfg = switch_mixer(Config.fromfile(str(Path(__file__).parents[1] / DEMO)), 'gfn')
     assert cfg.model.backbone.get('init_cfg') is None
-    check_config_checkpoints(cfg)
+    check_pretrained(cfg)
 
 
 def test_swapped_config_and_checkpoint_are_named(capsys, tmp_path):

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from afno_seg.datasets.transforms import BadSampleError
-from afno_seg.engine import CheckpointError, UnknownTypeError
-from afno_seg.engine.preflight import check_checkpoint
+from afno_seg.engine import UnknownTypeError
+from afno_seg.engine import run_tool as run_in_process
 
 from conftest import (
     TINY_CONFIG,
@@ -151,13 +151,17 @@ def test_unknown_mixer_is_named(train_tool, tiny_demo_data, tmp_path):
 
 
 @pytest.mark.parametrize('damage', ['truncate', 'text'])
-def test_bad_checkpoint_is_named(tiny_trained, tmp_path, damage):
-    """What tools/test.py checks first (tests/test_inference.py runs the tool on a bad file)."""
+def test_bad_checkpoint_is_named(tiny_trained, tiny_demo_data, tmp_path, capsys, damage):
+    """tools/test.py on a damaged file: one line naming it, from the loader the Runner reads it
+    with (tests/test_inference.py runs inference on a bad file)."""
     bad = tmp_path / 'bad.pth'
     data = (tiny_trained.work_dir / 'iter_6.pth').read_bytes()
     bad.write_bytes(data[:len(data) // 2] if damage == 'truncate' else b'hello')
-    with pytest.raises(CheckpointError, match='bad.pth.*not a readable'):
-        check_checkpoint(str(bad))
+    main = load_script('tools/test.py').main
+    assert run_in_process(lambda: main([TINY_CONFIG, str(bad), '--work-dir', str(tmp_path / 'w'),
+                                        *data_options(tiny_demo_data)])) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search('bad.pth.*not a readable', err), err
 
 
 def test_label_outside_classes_names_the_file(train_tool, tiny_demo_data, tmp_path):

@@ -1,9 +1,6 @@
-"""``--precision {auto,fp16,bf16,fp32}`` trains and tests in the chosen precision on any device
-(mmengine's ``AmpOptimWrapper`` runs only on a GPU).
-
-``fp16`` is float16 autocast with a dynamic loss scale (``AmpOptimWrapper``; on a CPU
-:class:`CPUAutocastOptimWrapper`), ``bf16`` bfloat16 autocast without a scale, ``fp32``
-``OptimWrapper``. ``auto`` is the config's on CUDA and fp32 on a CPU (BENCHMARKS.md).
+"""``--precision {auto,fp16,bf16,fp32}`` trains and tests in that precision on any device
+(mmengine's ``AmpOptimWrapper`` runs on a GPU only). ``auto``: the config's on CUDA, fp32 on a
+CPU, where bfloat16 and float16 are mostly emulated, many times slower (BENCHMARKS.md).
 """
 import logging
 from contextlib import contextmanager
@@ -35,19 +32,18 @@ def config_precision(cfg: Config) -> str:
 
 
 def choose_precision(requested: str, configured: str, cuda: bool) -> tuple[str, str]:
-    """The precision to run and why, in words, for ``requested`` and the config's own."""
+    """The precision to run, and why in words, for ``requested`` and the config's own."""
     if requested not in PRECISIONS:
         raise UserError(f'--precision {requested}: choose one of {", ".join(PRECISIONS)}')
-    device = 'CUDA' if cuda else 'CPU'
+    device = 'CUDA' if cuda else 'a CPU'
     if requested == 'auto' and (cuda or configured == 'fp32'):
         return configured, f'auto: the config\'s {configured} on {device}'
     if requested == 'auto':
-        return 'fp32', (f'auto: the config\'s {configured} as fp32 on a CPU, where bfloat16 and '
-                        'float16 are mostly emulated, many times slower; --precision bf16 or '
-                        'fp16 forces it')
+        return 'fp32', (f'auto: the config\'s {configured} as fp32 on a CPU, where it is mostly '
+                        f'emulated, many times slower; --precision {configured} forces it')
     if requested != 'fp32' and not cuda:
-        return requested, (f'--precision {requested}: emulated unless this CPU computes it '
-                           'natively, then expect it many times slower than fp32')
+        return requested, (f'--precision {requested}: emulated unless this CPU has native '
+                           'support, many times slower than fp32')
     return requested, f'--precision {requested} on {device}'
 
 
@@ -62,7 +58,7 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
         raise UserError(f'--precision {requested} needs optim_wrapper.type in {_WRAPPERS}; the '
                         f'config has {wrapper.get("type")!r}')
     configured = config_precision(cfg)
-    chosen, reason = choose_precision(requested, configured, cuda)
+    chosen, why = choose_precision(requested, configured, cuda)
     # AmpOptimWrapper refuses to run without a GPU: replaced even at its own dtype (and back).
     if chosen != configured or wrapper.get('type') == _WRAPPERS[2 if cuda else 1]:
         for key in ('dtype', 'use_fsdp') + (('loss_scale',) if chosen != 'fp16' else ()):
@@ -72,8 +68,8 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
             wrapper['dtype'] = 'float16' if chosen == 'fp16' else 'bfloat16'
         if chosen == 'fp16':
             wrapper.setdefault('loss_scale', 'dynamic')
-    quiet = chosen == configured and 'emulated' not in reason
-    print_log(f'[afno_seg] precision {chosen} ({reason}): optim_wrapper {wrapper["type"]}',
+    quiet = chosen == configured and 'emulated' not in why
+    print_log(f'[afno_seg] precision {chosen} ({why}): optim_wrapper {wrapper["type"]}',
               logger='current', level=logging.INFO if quiet else logging.WARNING)
     return chosen
 
@@ -116,11 +112,9 @@ class CPUAutocastOptimWrapper(AmpOptimWrapper):
         self.cast_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         if self.cast_dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f'CPUAutocastOptimWrapper: dtype float16 or bfloat16, not {dtype}')
-        if not (isinstance(loss_scale, (float, dict)) or loss_scale == 'dynamic'):
-            raise TypeError(f'loss_scale: \'dynamic\', a float or a dict, not {loss_scale!r}')
         self._scale_update_param = loss_scale if isinstance(loss_scale, float) else None
-        scaler_args = (dict(loss_scale) if isinstance(loss_scale, dict) else {} if
-                       self._scale_update_param is None else dict(init_scale=loss_scale))
+        scaler_args = dict(init_scale=loss_scale) if isinstance(loss_scale, float) else \
+            {} if loss_scale == 'dynamic' else dict(loss_scale)
         self.loss_scaler = torch.amp.GradScaler(
             'cpu', enabled=self.cast_dtype == torch.float16, **scaler_args)
 

@@ -104,13 +104,11 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
     if cuda_available or not distributed:
         return cfg
     cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
-    wrapper_cfg = cfg.get('model_wrapper_cfg') or {}
-    if wrapper_cfg.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
-        # What mmengine's default wrapping passes when model_wrapper_cfg is unset, less the GPU.
-        wrapper_cfg.update(type='MMDistributedDataParallel', device_ids=None)
-        wrapper_cfg.setdefault('broadcast_buffers', False)
-        wrapper_cfg.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
-        cfg.model_wrapper_cfg = wrapper_cfg
+    wrapper = cfg.get('model_wrapper_cfg') or dict(  # mmengine's default wrapping, less the GPU
+        type='MMDistributedDataParallel', broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+    if wrapper.get('type') == 'MMDistributedDataParallel':
+        cfg.model_wrapper_cfg = {**wrapper, 'device_ids': None}
     print_log('[afno_seg] no CUDA device: distributed backend gloo, DDP on CPU modules.',
               logger='current', level=logging.WARNING)
     return cfg
