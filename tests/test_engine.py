@@ -12,15 +12,14 @@ from mmengine.runner.checkpoint import _load_checkpoint
 
 import afno_seg  # noqa: F401
 from afno_seg.datasets import BadSampleError, ValidateSegMap
-from afno_seg.engine import (
-    CheckpointError,
-    CPUAutocastOptimWrapper,
+from afno_seg.engine import CheckpointError, CPUAutocastOptimWrapper
+from afno_seg.engine.preflight import (
     DataRootError,
     UnknownTypeError,
-    adapt_config_to_device,
     check_data_roots,
     check_model_types,
 )
+from afno_seg.engine.runner import adapt_config_to_device
 
 DEMO_CONFIG = os.path.join(os.path.dirname(__file__), '..', 'configs', 'demo',
                            'segformer_afno_demo.py')

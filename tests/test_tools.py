@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from afno_seg.datasets.transforms import BadSampleError
-from afno_seg.engine import UnknownTypeError
 from afno_seg.engine import run_tool as run_in_process
+from afno_seg.engine.preflight import UnknownTypeError
 
 from conftest import (
     TINY_CONFIG,

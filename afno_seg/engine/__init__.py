@@ -1,28 +1,19 @@
 """OpenMMLab extensions the tools need; importing this registers them: the safe checkpoint loader,
 the atomic file backend, the checkpoint, random-state and non-finite-loss hooks, the CPU autocast
-optim wrappers and :class:`~.runner.AfnoSegRunner`. Re-exported: what is used outside."""
+optim wrappers and :class:`~.runner.AfnoSegRunner`. Re-exported: the names used outside."""
 # ruff: noqa: F401
 from . import random_state
 from .atomic_io import AtomicLocalBackend, SaveError, atomic_write, remove_stale_temp_files
 from .checkpoint import CheckpointError
-from .checkpoint_hook import AtomicCheckpointHook, DiskSpaceError, estimate_checkpoint_bytes
+from .checkpoint_hook import DiskSpaceError, estimate_checkpoint_bytes
 from .errors import UserError
 from .numerics import NonFiniteLossError, NonFiniteLossHook
 from .precision import PRECISIONS, CPUAutocastOptimWrapper
 from .preflight import (
     DataRootError,
     EmptySplitError,
-    UnknownTypeError,
     WorkDirError,
     check_data_roots,
     check_model_types,
 )
-from .runner import (
-    adapt_config_to_device,
-    build_runner,
-    load_config,
-    run_test,
-    run_tool,
-    run_train,
-    write_switched_config,
-)
+from .runner import build_runner, load_config, run_test, run_tool, run_train, write_switched_config

@@ -175,11 +175,10 @@ def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -
         elif cfg.launcher == 'mpi':  # mmengine's MPI start calls torch.cuda.set_device
             raise UserError('--launcher mpi needs CUDA; on CPUs use --launcher pytorch '
                             '(tools/dist_train.sh) or slurm (tools/slurm_train.sh)')
-    name = cfg.get('runner_type', 'AfnoSegRunner')
-    runner_class = RUNNERS.get(name) if isinstance(name, str) else name
+    runner_class = RUNNERS.get(cfg.get('runner_type', 'AfnoSegRunner'))
     if not (isinstance(runner_class, type) and issubclass(runner_class, AfnoSegRunner)):
-        raise UserError(f'runner_type={name!r}: the tools need a registered subclass of '
-                        'afno_seg.engine.runner.AfnoSegRunner')
+        raise UserError(f'runner_type={cfg.runner_type!r}: the tools need a registered subclass '
+                        'of afno_seg.engine.runner.AfnoSegRunner')
     runner = runner_class.from_cfg(cfg)
     record_peers()
     return runner
