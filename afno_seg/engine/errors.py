@@ -8,7 +8,7 @@ class UserError(Exception):
 
 
 def check_device(device: str) -> str:
-    """``--device``, refused in one line where it names CUDA and there is none (not torch's."""
+    """``--device``, refused in one line (not torch's driver error) where it names absent CUDA."""
     import torch
     if str(device).startswith('cuda') and not torch.cuda.is_available():
         raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
