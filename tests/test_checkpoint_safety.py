@@ -372,6 +372,27 @@ def test_inference_and_test_refuse_checkpoints_that_do_not_fit(kind, misfits, ti
     assert not (tmp_path / 'out' / 'summary.json').exists()
 
 
+def test_fit_hook_names_the_file_the_runner_read(tmp_path, monkeypatch):
+    """``load_from``, else the work_dir's ``last_checkpoint``: what mmengine's ``load_or_resume``
+    reads (public state, not the Runner's private ``_load_from``)."""
+    from types import SimpleNamespace
+
+    from afno_seg.engine import checkpoint_fit
+    logged = []
+    monkeypatch.setattr(checkpoint_fit, 'print_log', lambda message, **_: logged.append(message))
+    model = torch.nn.Linear(2, 2)
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_4.pth'))
+    for load_from, name in ((None, tmp_path / 'iter_4.pth'), ('a.pth', 'a.pth')):
+        runner = SimpleNamespace(model=model, cfg=Config(dict(load_from=load_from)),
+                                 work_dir=str(tmp_path))
+        checkpoint_fit.CheckpointFitHook(strict=False).after_load_checkpoint(
+            runner, {'state_dict': model.state_dict(), 'meta': {}})
+        assert logged.pop().startswith(f"{name}: loaded 2 of the model's 2 tensors"), name
+    with pytest.raises(checkpoint_fit.CheckpointMismatchError,
+                       match='checkpoint a.pth holds no tensor of this model'):
+        checkpoint_fit.CheckpointFitHook().after_load_checkpoint(runner, {'state_dict': {}})
+
+
 def test_classes_come_from_the_config_when_the_meta_has_none(trained, tmp_path, caplog):
     from afno_seg.deployment import load_segmentor
     checkpoint = torch.load(trained, map_location='cpu', weights_only=False)
