@@ -225,8 +225,21 @@ assert before == after and before[1:] == ['refused', 'refused'], (before[1:], af
 
 # -- real checkpoints, the opt-in ---------------------------------------------------------------
 
+def count_reads(monkeypatch, path) -> list:
+    """The ``mmap`` argument of every ``torch.load`` of ``path`` from now on (issue 39: a reader
+    reads its checkpoint once and hands the state dict and meta on)."""
+    reads, load = [], torch.load
+
+    def counted(file, *args, **kwargs):
+        if str(file) == str(path):
+            reads.append(kwargs.get('mmap', False))
+        return load(file, *args, **kwargs)
+    monkeypatch.setattr(torch, 'load', counted)
+    return reads
+
+
 def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_data, tmp_path,
-                                                             capsys):
+                                                             capsys, monkeypatch):
     from mmseg.apis import init_model
 
     from afno_seg.deployment.model import load_segmentor
@@ -234,11 +247,14 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
     assert 'message_hub' in load_checkpoint_file(str(trained))
     assert len(read_state_dict(str(trained))) > 0
     init_model(Config.fromfile(TINY_CONFIG), str(trained), device='cpu')
+    reads = count_reads(monkeypatch, trained)
     load_segmentor(TINY_CONFIG, str(trained))  # tools/analysis/spectrum.py's loader
+    assert reads == [False]
     code = run_tool(lambda: tool('tools/test.py').main([
         TINY_CONFIG, str(trained), '--work-dir', str(tmp_path / 'test'),
         *data_options(tiny_demo_data)]))
     assert code == 0, capsys.readouterr().err[-3000:]
+    assert reads == [False, True, False]  # the preflight maps the pickle; the Runner reads once
     dumped, = (tmp_path / 'test').rglob('tiny_demo.py')  # the config the evaluation ran
     assert "type='LowResFusionSegformerHead'" in dumped.read_text()
     code = run_tool(lambda: tool('tools/inference.py').main([
@@ -248,14 +264,16 @@ def test_training_checkpoint_loads_everywhere_without_opt_in(trained, tiny_demo_
 
 
 def test_fine_tuning_loads_partially_with_a_summary_line(trained, monkeypatch):
-    """MiT ``init_cfg`` from a segmentor checkpoint: no opt-in, one summary line."""
+    """MiT ``init_cfg`` from a segmentor checkpoint: no opt-in, one read, one summary line."""
     from afno_seg.backbones import MixerMiT, load_pretrained_mit
     from afno_seg.engine import checkpoint_fit
     logged = []
     monkeypatch.setattr(checkpoint_fit, 'print_log', lambda message, **_: logged.append(message))
     cfg = Config.fromfile(TINY_CONFIG).model.backbone
     backbone = MixerMiT(**{k: v for k, v in cfg.items() if k not in ('type', 'init_cfg')})
+    reads = count_reads(monkeypatch, trained)
     report = load_pretrained_mit(backbone, str(trained), prefix='backbone.')
+    assert reads == [False]
     total = len(backbone.state_dict())
     assert len(report.loaded) == total and report.new == [] and report.unused == []
     assert f"loaded {total} of the model's {total} tensors" in logged[0].splitlines()[0]
@@ -339,6 +357,27 @@ def test_inference_and_test_refuse_checkpoints_that_do_not_fit(kind, misfits, ti
             assert 'attn.attn.in_proj' in message  # what the checkpoint holds instead
             assert 'tiny_esa (mixers EfficientSelfAttentionMixer)' in message
     assert not (tmp_path / 'out' / 'summary.json').exists()
+
+
+def test_fit_hook_names_the_file_the_runner_read(tmp_path, monkeypatch):
+    """``load_from``, else the work_dir's ``last_checkpoint``: what mmengine's ``load_or_resume``
+    reads (public state, not the Runner's private ``_load_from``)."""
+    from types import SimpleNamespace
+
+    from afno_seg.engine import checkpoint_fit
+    logged = []
+    monkeypatch.setattr(checkpoint_fit, 'print_log', lambda message, **_: logged.append(message))
+    model = torch.nn.Linear(2, 2)
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_4.pth'))
+    for load_from, name in ((None, tmp_path / 'iter_4.pth'), ('a.pth', 'a.pth')):
+        runner = SimpleNamespace(model=model, cfg=Config(dict(load_from=load_from)),
+                                 work_dir=str(tmp_path))
+        checkpoint_fit.CheckpointFitHook(strict=False).after_load_checkpoint(
+            runner, {'state_dict': model.state_dict(), 'meta': {}})
+        assert logged.pop().startswith(f"{name}: loaded 2 of the model's 2 tensors"), name
+    with pytest.raises(checkpoint_fit.CheckpointMismatchError,
+                       match='checkpoint a.pth holds no tensor of this model'):
+        checkpoint_fit.CheckpointFitHook().after_load_checkpoint(runner, {'state_dict': {}})
 
 
 def test_classes_come_from_the_config_when_the_meta_has_none(trained, tmp_path, caplog):

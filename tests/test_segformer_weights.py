@@ -24,7 +24,8 @@ from transformers import (
 
 from afno_seg.backbones import MixerMiT
 from afno_seg.engine import UserError, load_config
-from afno_seg.engine.checkpoint_fit import CheckpointMismatchError, load_weights
+from afno_seg.engine.checkpoint import read_state_dict
+from afno_seg.engine.checkpoint_fit import CheckpointMismatchError, load_state
 
 from conftest import ROOT, load_script
 
@@ -81,7 +82,7 @@ def our_model(name: str, checkpoint: str):
     cfg = load_config(config, cfg_options=options, pretrained=False)
     init_default_scope('mmseg')
     model = MODELS.build(cfg.model)
-    load_weights(model, checkpoint)
+    load_state(model, read_state_dict(checkpoint), checkpoint, log=False)
     return model.eval()
 
 
@@ -200,7 +201,7 @@ def test_mmseg_segformer_equals_its_mixer_esa_derivation(tmp_path):
     torch.save({'state_dict': mmseg_model.state_dict()}, path)
     ours = MODELS.build(load_config(config, cfg_options=bn, mixer='esa', pretrained=False).model)
     assert type(ours.backbone).__name__ == 'MixerMiT'
-    load_weights(ours, path)
+    load_state(ours, read_state_dict(path), path, log=False)
     ours.eval()
     x = torch.randn(INPUT, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

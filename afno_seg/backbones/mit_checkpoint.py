@@ -37,7 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..engine.checkpoint import CheckpointError, read_state_dict, state_dict_of
+from ..engine.checkpoint import CheckpointError, read_state_dict
 from ..engine.checkpoint_fit import CheckpointMismatchError, FitReport, load_state, mixer_prefixes
 
 __all__ = ['HF_WEIGHTS', 'MitPosition', 'check_hf_config', 'detect_layout', 'load_pretrained_mit',
@@ -168,11 +168,11 @@ def mit_state_dict(state: dict[str, Tensor], prefix: str | None = None) -> tuple
     """A MiT state dict of any layout in mmseg's names (the key remap), and its layout.
 
     ``prefix``: keep only the keys under it, stripped (None: ``'backbone.'`` when no key is a
-    backbone key, as in a segmentor or classifier checkpoint).
-    """
+    backbone key, as in a segmentor or classifier checkpoint)."""
     if prefix is None and not any(k.startswith(('layers.', 'patch_embed', 'block')) for k in state):
         prefix = 'backbone.' if any(k.startswith('backbone.') for k in state) else None
-    state = state_dict_of(state, prefix)
+    if prefix:
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     layout = detect_layout(state)
     if layout == 'transformers':
         state = transformers_to_official(state)

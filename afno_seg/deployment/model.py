@@ -9,8 +9,8 @@ import logging
 from mmengine.config import Config
 
 from ..decode_heads import use_low_res_fusion
-from ..engine.checkpoint import load_checkpoint_file
-from ..engine.checkpoint_fit import load_weights
+from ..engine.checkpoint import load_checkpoint_file, state_dict_of
+from ..engine.checkpoint_fit import load_state
 from ..engine.errors import UserError, check_device
 from ..engine.preflight import check_model_types
 from ..engine.runner import check_config_path, load_config
@@ -40,10 +40,9 @@ def set_inference_mode(cfg: Config, mode: str | None) -> None:
         test_cfg['stride'] = tuple(max(1, 3 * size // 4) for size in crop)
 
 
-def dataset_meta_for(checkpoint, cfg: Config, filename: str) -> dict:
+def dataset_meta_for(meta: dict | None, cfg: Config, filename: str) -> dict:
     """Classes and palette: the checkpoint's ``meta['dataset_meta']``, else (converted or
     hand-made checkpoints have none) the config's test dataset's, with one line saying so."""
-    meta = checkpoint.get('meta') if isinstance(checkpoint, dict) else None
     dataset_meta = dict((meta or {}).get('dataset_meta') or {})
     if dataset_meta.get('classes') and dataset_meta.get('palette'):
         return dataset_meta
@@ -66,8 +65,7 @@ def dataset_meta_for(checkpoint, cfg: Config, filename: str) -> dict:
 
 def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
                    cfg_options: dict | None = None, mode: str | None = None):
-    """Check the inputs, then build the segmentor with mmseg's ``init_model`` and load the
-    checkpoint with :func:`~afno_seg.engine.checkpoint_fit.load_weights`.
+    """Check the inputs, build with mmseg's ``init_model``, load every tensor of the checkpoint.
 
     Args:
         config (str): Config file (a path or ``mmseg::...``).
@@ -84,12 +82,14 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
     check_config_path(config, checkpoint)  # missing, or swapped with the checkpoint: one line
     cfg = load_config(config, cfg_options=cfg_options)
     loaded = load_checkpoint_file(checkpoint, map_location='cpu')  # refused before any build
+    meta = loaded.get('meta') if isinstance(loaded, dict) else None
     check_device(device)
     check_model_types(cfg)
     set_inference_mode(cfg, mode)
     use_low_res_fusion(cfg.model)
     from mmseg.apis import init_model  # after the checks: importing it is the slow part
     model = init_model(cfg, None, device='cpu')  # built, not initialised: the file holds all
-    load_weights(model, checkpoint, cfg.get('checkpoint_new_keys', ()), loaded=loaded)
-    model.dataset_meta = dataset_meta_for(loaded, cfg, checkpoint)
+    load_state(model, state_dict_of(loaded), checkpoint, cfg.get('checkpoint_new_keys', ()), meta,
+               log=False)
+    model.dataset_meta = dataset_meta_for(meta, cfg, checkpoint)
     return model.to(device).eval()
