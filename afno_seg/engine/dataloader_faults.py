@@ -12,6 +12,7 @@ from contextlib import suppress
 
 import torch
 from mmengine.dataset import worker_init_fn as mmengine_worker_init_fn
+from mmengine.registry import DATASETS
 
 __all__ = ['DEFAULT_TIMEOUT_S', 'TrackedDataset', 'explain_worker_failure',
            'leave_stop_signals_to_parent', 'worker_init']
@@ -25,10 +26,8 @@ class TrackedDataset(torch.utils.data.Dataset):
     loads since when; ``timeout``: the loader's (0: none)."""
 
     def __init__(self, dataset, num_workers: int, timeout: float = 0) -> None:
-        if isinstance(dataset, dict):
-            from mmengine.registry import DATASETS
-            dataset = DATASETS.build(dataset)
-        self.dataset, self.num_workers, self.timeout = dataset, num_workers, timeout
+        self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
+        self.num_workers, self.timeout = num_workers, timeout
         # Per worker: pid, index being loaded (-1: none), time.time() it started; shared with the
         # workers (fork inherits it, spawn pickles it).
         self.slots = multiprocessing.Array('d', [0.0, -1.0, 0.0] * num_workers, lock=False)

@@ -22,14 +22,13 @@ class NonFiniteLossError(UserError, FloatingPointError):
     """The training loss became NaN or Inf; the message names the iteration and the module."""
 
 
-def _tensors(value):
+def _tensors(value) -> list:
     """The floating-point tensors in a (nested) module input or output."""
-    if isinstance(value, torch.Tensor):
-        if value.is_floating_point() or value.is_complex():
-            yield value
-    elif isinstance(value, (list, tuple, dict)):
-        for item in value.values() if isinstance(value, dict) else value:
-            yield from _tensors(item)
+    if isinstance(value, (list, tuple, dict)):
+        return [t for item in (value.values() if isinstance(value, dict) else value)
+                for t in _tensors(item)]
+    floating = isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+    return [value] if floating else []
 
 
 def _all_finite(value) -> bool:
@@ -50,7 +49,7 @@ class NonFiniteLossHook(Hook):
     def __init__(self, max_skipped_in_a_row: int = 10) -> None:
         self.max_skipped_in_a_row = max_skipped_in_a_row
         self.skipped_in_a_row = 0
-        self._handles, self._locating = [], False
+        self._handles = []
         self._last = self._terms = self._bad = None  # last pass's inputs, its loss terms, a flag
 
     def before_train(self, runner) -> None:
@@ -68,16 +67,16 @@ class NonFiniteLossHook(Hook):
             handle.remove()
 
     def _remember(self, model, args, kwargs):
-        if model.training and kwargs.get('mode') == 'loss':  # (a re-run saves the same)
+        if model.training and torch.is_grad_enabled() and kwargs.get('mode') == 'loss':
             self._last = (args, kwargs, torch_random_state())
 
     def _check(self, model, args, kwargs, output):
-        if self._locating or not model.training or not isinstance(output, dict):
+        # not in the re-run of _describe (no gradients)
+        if not (model.training and torch.is_grad_enabled() and isinstance(output, dict)):
             return None
         # each ``loss`` entry (a tensor or a list of them, as mmengine's parse_losses takes)
-        terms = {name: sum(t.detach().float().mean() for t in tensors)
-                 for name, value in output.items()
-                 if 'loss' in name and (tensors := list(_tensors(value)))}
+        terms = {name: sum(t.detach().float().mean() for t in _tensors(value))
+                 for name, value in output.items() if 'loss' in name and _tensors(value)}
         if not terms:
             return None
         bad = torch.stack([~torch.isfinite(v) for v in terms.values()]).any()
@@ -95,10 +94,10 @@ class NonFiniteLossHook(Hook):
         bad, self._bad = self._bad, None  # None after the step: it ran (a scaler found it finite)
         if bad is None or self._scaling:
             return
-        if get_world_size() > 1:  # another rank's non-finite loss: a NaN gradient here
-            grad = next((p.grad for group in optimizer.param_groups for p in group['params']
-                         if p.grad is not None), None)
-            bad = bad if grad is None else bad | ~torch.isfinite(grad.view(-1)[0])
+        # another rank's non-finite loss: a NaN gradient here
+        grad = next((p.grad for group in optimizer.param_groups for p in group['params']
+                     if p.grad is not None), None)
+        bad = bad if grad is None else bad | ~torch.isfinite(grad.view(-1)[0])
         if bool(bad):  # the one host sync a step needs: the step must not run
             raise NonFiniteLossError(self._describe(stop=True))
 
@@ -142,13 +141,11 @@ class NonFiniteLossHook(Hook):
 
         handles = [module.register_forward_hook(partial(check, name))
                    for name, module in self._model.named_modules() if name]
-        self._locating = True
         try:
             set_random_state(random_state)
             with torch.no_grad():
                 self._model(*args, **kwargs)
         finally:
-            self._locating = False
             set_random_state(state_now)
             for handle in handles:
                 handle.remove()

@@ -1,8 +1,6 @@
 """A resumed run draws the random numbers of one that never stopped (mmengine restores no random
 generator: dropout and drop-path restart from the seed, and validation shifts every later draw).
-
-Exact with a fixed ``randomness.seed`` and, on several processes, ``diff_rank_seed=False`` (else
-torch's state is not restored). docs/reliability.md, "Kill and resume".
+Needs a fixed ``randomness.seed``; docs/reliability.md, "Kill and resume".
 """
 import random
 
@@ -17,10 +15,8 @@ __all__ = ['RandomStateHook', 'set_random_state', 'torch_random_state']
 
 def torch_random_state() -> dict:
     """torch's CPU and (if initialised) current-CUDA-device generator states."""
-    state = dict(torch=torch.get_rng_state())
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state()
-    return state
+    cuda = dict(cuda=torch.cuda.get_rng_state()) if torch.cuda.is_initialized() else {}
+    return dict(torch=torch.get_rng_state(), **cuda)
 
 
 def set_random_state(state: dict) -> None:
@@ -44,18 +40,17 @@ class RandomStateHook(Hook):
         self._loaded = self._data_start = self._torch = self._around_val = None
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        self._loaded = checkpoint.get('rng_state'), checkpoint.get('meta', {}).get('iter')
+        self._loaded = checkpoint.get('rng_state')
 
     def before_train(self, runner) -> None:
-        randomness = runner.cfg.get('randomness') or {}
-        (loaded, at), self._loaded = self._loaded or (None, None), None
-        if loaded is not None and runner.iter > 0 and runner.iter == at:
+        randomness, loaded, self._loaded = runner.cfg.get('randomness') or {}, self._loaded, None
+        if loaded is not None and runner.iter > 0:  # resumed (load_from leaves iter at 0)
             # [] (saved by another number of processes): not restorable, here or later
             same = len(loaded['data_start']) == get_world_size()
             self._data_start = loaded['data_start'] if same else []
             if same:
                 set_random_state(self._data_start[get_rank()])
-            if get_world_size() == 1 or not randomness.get('diff_rank_seed', False):
+            if get_world_size() == 1 or not randomness.get('diff_rank_seed'):  # else per rank
                 self._torch = {k: v for k, v in loaded.items() if k in ('torch', 'cuda')}
             if randomness.get('seed') is None:
                 runner.logger.warning(
