@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 
 import pytest
 import torch
@@ -91,8 +92,9 @@ def test_sigkilled_rank_without_restarts_every_process_names_it_and_exits(tiny_d
 
 @pytest.mark.slow
 def test_hung_rank_is_named_after_the_collective_timeout(tiny_demo_data, tmp_path):
-    """Rank 1 stops (SIGSTOP) before iteration 5: rank 0's next collective fails after
-    env_cfg.dist_cfg.timeout (10 s) and it names rank 1 as hung, instead of waiting forever."""
+    """Rank 1 stops (SIGSTOP) before iteration 5: rank 0's next collective (in DDP's backward)
+    fails after env_cfg.dist_cfg.timeout (10 s) and it names rank 1 as stopped, instead of
+    waiting forever."""
     config = write_fault_config(tmp_path)
     env = seam_env(tmp_path, PYTHON=sys.executable, PORT=str(free_port()),
                    AFNO_TEST_FAULT='SIGSTOP@5@rank1')
@@ -101,10 +103,10 @@ def test_hung_rank_is_named_after_the_collective_timeout(tiny_demo_data, tmp_pat
         process = subprocess.Popen(
             ['bash', 'tools/dist_train.sh', config, '2', '--work-dir', str(tmp_path / 'work'),
              *cli_options({**data_roots(tiny_demo_data), 'env_cfg.dist_cfg.timeout': 10})],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     pattern = re.compile(r'error: rank 0: a collective operation with the other ranks failed in '
-                         r'iteration 5 \((.*)\): rank 1 \(pid (\d+)\) is still running but did '
-                         r'not answer: it hung')
+                         r'iteration 5 \(RuntimeError in gloo\): rank 1 \(pid \d+\) is stopped '
+                         r'\(SIGSTOP or a debugger\): it hung\. ')
     stopped_at, found = None, None
     try:
         deadline = time.monotonic() + 300
@@ -114,13 +116,64 @@ def test_hung_rank_is_named_after_the_collective_timeout(tiny_demo_data, tmp_pat
                 stopped_at = time.monotonic()  # rank 1 stops right after iteration 4
             found = pattern.search(text)
             time.sleep(0.1)
-    finally:
-        if found:  # torchrun would SIGKILL the stopped rank only after its shutdown wait
-            os.kill(int(found[2]), signal.SIGKILL)
-        try:
-            process.wait(timeout=120)
-        finally:
-            process.kill()
+    finally:  # the stopped rank too: torchrun would SIGKILL it only after its shutdown wait
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=120)
     assert found, log_path.read_text()[-4000:]
-    assert 'Timed out waiting 10000ms' in found[1]
     assert stopped_at is not None and time.monotonic() - stopped_at < 10 + 60
+
+
+GLOO_PEER_LOST = '''
+"""Two gloo ranks; rank 1 SIGKILLs or SIGSTOPs itself; rank 0's next all_reduce fails."""
+import os, signal, sys
+import torch
+import torch.distributed as dist
+from afno_seg.engine.distributed import explain_collective_failure, init_cpu_process_group, \\
+    record_peers
+
+rank, mode, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+os.environ.update(RANK=str(rank), WORLD_SIZE='2', MASTER_ADDR='127.0.0.1')
+init_cpu_process_group(timeout_s=5)
+record_peers()
+dist.all_reduce(torch.ones(1))
+if rank == 1:
+    os.kill(os.getpid(), getattr(signal, mode))
+try:
+    dist.all_reduce(torch.ones(1))
+except Exception as error:
+    with open(out, 'w') as file:
+        file.write(f'{type(error).__name__}\\n{explain_collective_failure(error, 7)}')
+sys.stdout.flush()
+os._exit(0)
+'''
+
+
+@pytest.mark.parametrize('mode', ['SIGKILL', 'SIGSTOP'])
+def test_gloo_raises_a_plain_runtime_error_and_the_lost_rank_is_named(tmp_path, mode):
+    """Upstream behaviour relied on: gloo (torch 2.14) raises a plain RuntimeError, not a
+    DistError, from torch.distributed when a peer died or timed out; explain_collective_failure
+    decides from that type, where it was raised and which peers still run, never its text."""
+    script, out = tmp_path / 'peer_lost.py', tmp_path / 'rank0.txt'
+    script.write_text(GLOO_PEER_LOST)
+    env = dict(os.environ, MASTER_PORT=str(free_port()), OMP_NUM_THREADS='1',
+               PYTHONPATH=str(ROOT))
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), mode, str(out)], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for rank in (0, 1)]
+    try:
+        ranks[0].wait(timeout=180)
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()
+    assert out.exists(), ranks[0].stdout.read().decode()[-3000:]
+    kind, message = out.read_text().split('\n', 1)
+    assert kind == 'RuntimeError' and not issubclass(RuntimeError, torch.distributed.DistError)
+    assert message.startswith('rank 0: a collective operation with the other ranks failed in '
+                              'iteration 7 (RuntimeError in gloo): '), message
+    if mode == 'SIGKILL':
+        assert f'rank 1 (pid {ranks[1].pid}) is no longer running. ' in message
+    else:
+        assert f'rank 1 (pid {ranks[1].pid}) is stopped (SIGSTOP or a debugger): it hung. ' \
+            in message
