@@ -23,7 +23,7 @@ from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
 from .errors import UserError
 
-__all__ = ['CheckpointError', 'TRUST_FLAG', 'UnsafeCheckpointError', 'check_checkpoint_file',
+__all__ = ['CheckpointError', 'TRUST_FLAG', 'UnsafeCheckpointError',
            'load_checkpoint_file', 'read_state_dict', 'state_dict_of', 'trusted_checkpoints']
 
 TRUST_FLAG = '--trust-checkpoint'
@@ -142,9 +142,9 @@ def local_checkpoint_file(filename: str) -> str:
     return _download(url)
 
 
-def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) -> dict:
+def load_checkpoint_file(filename: str, map_location='cpu') -> dict:
     """A ``.pth`` (mmengine's dict or a state dict) or ``.safetensors`` (``dict(state_dict=,
-    meta=)``) checkpoint read as data, only its pickle with ``mmap``; raises
+    meta=)``) checkpoint read as data; raises
     :class:`UnsafeCheckpointError` for a global outside :data:`ALLOWED_GLOBALS`."""
     path = local_checkpoint_file(filename)
     try:
@@ -159,7 +159,7 @@ def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) 
                       logger='current', level=logging.WARNING)
             return torch.load(path, map_location=map_location, weights_only=False)
         with safe_globals(_ALLOWLIST):
-            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+            return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001  (what a damaged file raises varies)
         unsafe = [str(error)] if isinstance(error, UnsafeCheckpointError) else []  # getattr guard
         if not (unsafe or _trusted):  # the globals torch lists without unpickling (if it can)
@@ -170,17 +170,10 @@ def load_checkpoint_file(filename: str, map_location='cpu', mmap: bool = False) 
                                         f'{", ".join(unsafe)}, which weights never need (it could '
                                         f'run code); if you trust the file, run again with '
                                         f'{TRUST_FLAG}') from None
-        if mmap:  # e.g. torch's legacy format cannot be mapped: the full load decides
-            return load_checkpoint_file(filename, map_location)
         kind = 'safetensors file' if path.lower().endswith('.safetensors') else 'PyTorch checkpoint'
         raise CheckpointError(f'{filename} ({osp.getsize(path)} bytes) is not a readable {kind} '
                               f'({type(error).__name__}): damaged or not a checkpoint; pass '
                               'another (e.g. an earlier iter_*.pth)') from error
-
-
-def check_checkpoint_file(filename: str) -> None:
-    """Raise what :func:`load_checkpoint_file` would, reading the pickle only (trusted: exists)."""
-    local_checkpoint_file(filename) if _trusted else load_checkpoint_file(filename, mmap=True)
 
 
 def state_dict_of(checkpoint, prefix: str | None = None) -> 'OrderedDict[str, Tensor]':
