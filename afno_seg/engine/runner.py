@@ -23,6 +23,7 @@ from ..decode_heads import use_low_res_fusion
 from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
 from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
+from .checkpoint_hook import TrainingInterrupted, restart_count, stop_signals_released
 from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import (
     DEFAULT_TIMEOUT_S,
@@ -33,7 +34,6 @@ from .dataloader_faults import (
 from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
 from .precision import EAGER_STEP, apply_precision, apply_test_precision
-from .preemption import TrainingInterrupted, restart_count, stop_signals_released
 from .preflight import check_before_runner, check_checkpoint, check_config_checkpoints
 from .results import print_results, test_results, train_results
 
@@ -265,7 +265,7 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
 def run_tool(main: Callable[[], None]) -> int:
     """Run a tool's main and return its exit status (main's own when it returns an int): 1 with
     the message alone on stderr for a :class:`UserError`, a dead or stuck data-loader worker or
-    a dead rank; 75 for a stop signal (:class:`~.preemption.TrainingInterrupted`, logged by the
+    a dead rank; 75 for a stop signal (:class:`~.checkpoint_hook.TrainingInterrupted`, logged by the
     checkpoint hook).
 
     A torchrun child then leaves without interpreter finalization (output and logs flushed):
