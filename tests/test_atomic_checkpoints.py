@@ -58,7 +58,7 @@ def test_failed_write_keeps_previous_file_and_names_path(tmp_path, monkeypatch):
         atomic_write(b'x' * 4000, target)
     message = str(error.value)
     assert str(target) in message and 'No space left on device' in message
-    assert '4,000 bytes' in message and 'the previous file is intact' in message
+    assert '4,000 bytes' in message and 'the previous files are intact' in message
     assert target.read_bytes() == b'complete checkpoint'
     assert os.listdir(tmp_path) == ['iter_4.pth']
 

@@ -44,10 +44,10 @@ def atomic_write(data: bytes | str, path, encoding: str = 'utf-8') -> None:
             os.fsync(file.fileno())
         os.replace(temp, path)
     except OSError as error:
-        previous = 'the previous file is intact' if os.path.exists(path) else 'none existed'
         raise SaveError(f'could not write {path} ({len(data):,} bytes): {error.strerror or error} '
-                        f'[errno {error.errno}]; nothing was replaced ({previous}). Free space or '
-                        'fix permissions, then continue with --resume.') from error
+                        f'[errno {error.errno}]; nothing was replaced, the previous files are '
+                        'intact. Free space or fix permissions, then continue with --resume.'
+                        ) from error
     finally:  # also on KeyboardInterrupt; after the rename there is nothing to remove
         with suppress(OSError):
             os.remove(temp)
