@@ -31,8 +31,8 @@ class TrainingInterrupted(Exception):
 
 class StopSignals:
     """Handlers (main thread only, one instance at a time) recording the first of ``signals``; one
-    more than ``SAME_EVENT_WINDOW_S`` later (Slurm and torchrun send copies) exits at once, at the
-    main thread's next bytecode (SIGKILL ends a process blocked in C)."""
+    more than ``SAME_EVENT_WINDOW_S`` later (Slurm, torchrun send copies) exits with 128 + signal
+    at the main thread's next bytecode (SIGKILL ends a process blocked in C)."""
     current = None  # the instance whose handlers are installed
 
     def __init__(self, signals: Sequence[str] = STOP_SIGNALS) -> None:
