@@ -3,10 +3,10 @@
 Importing the package registers everything: the token mixers and the MixerMiT backbone in both
 MMSegmentation's and MMPretrain's ``MODELS``, the SegFormer head fused at low resolution
 (:mod:`afno_seg.decode_heads`) in mmseg's, the data checks in mmseg's ``TRANSFORMS``, and the
-engine extensions (hooks, CPU autocast optim wrapper, CPU DDP) in mmengine's registries. Two
-registrations replace mmengine's handler of local paths, each a stricter form of it: the
-checkpoint loader (data only, :mod:`afno_seg.engine.checkpoint`) and the file backend (atomic
-writes, :mod:`afno_seg.engine.atomic_io`). Nothing else changes on import: the CPU allocator
+engine extensions (hooks, CPU autocast optim wrapper, CPU DDP, the ``'atomic_local'`` file
+backend that the checkpoint hook asks for by name) in mmengine's registries. One registration
+replaces mmengine's handler of local paths, a stricter form of it: the checkpoint loader (data
+only, :mod:`afno_seg.engine.checkpoint`). Nothing else changes on import: the CPU allocator
 setting and a CPU process group come with :func:`afno_seg.engine.build_runner`, the stop-signal
 handlers with training (given back when it ends). The experiment drivers
 (:mod:`afno_seg.experiments`) and the cost library (:mod:`afno_seg.analysis`) are not imported.

@@ -1,16 +1,13 @@
-"""The engine keeps no hidden state: stop-signal handlers are read from the signal table and given
-back by a context manager; inside ``run_tool`` a failure leaves them ignored (the tool exits)."""
+"""Stop-signal handlers: one StopSignals instance holds them at a time (``StopSignals.current``),
+a context manager gives them back; inside ``run_tool`` a failure leaves them ignored (the tool
+exits)."""
 import signal
 
 import pytest
 from mmengine.runner import Runner
 
 from afno_seg.engine import UserError, run_tool
-from afno_seg.engine.preemption import (
-    StopSignals,
-    installed_stop_signals,
-    stop_signals_released,
-)
+from afno_seg.engine.checkpoint_hook import StopSignals, stop_signals_released
 from afno_seg.engine.runner import AfnoSegRunner
 
 
@@ -30,16 +27,15 @@ def _failing_runner_train(monkeypatch):
     monkeypatch.setattr(Runner, 'train', train)
 
 
-def test_installed_stop_signals_is_read_from_the_signal_table():
+def test_one_stop_signals_instance_holds_the_handlers_at_a_time():
     previous = signal.getsignal(signal.SIGUSR2)
-    assert installed_stop_signals() is None
+    assert StopSignals.current is None
     with StopSignals(['SIGUSR2']) as stop:
-        assert installed_stop_signals() is stop
+        assert StopSignals.current is stop
         other = StopSignals(['SIGUSR2'])
-        assert other.install() and not stop.installed  # one installed at a time
-        assert installed_stop_signals() is other
+        assert other.install() and StopSignals.current is other  # stop uninstalled first
         other.uninstall()
-    assert installed_stop_signals() is None
+    assert StopSignals.current is None
     assert signal.getsignal(signal.SIGUSR2) is previous
 
 
@@ -53,7 +49,7 @@ def test_stop_signals_released_however_the_block_ends(ignore_on_error):
         with pytest.raises(RuntimeError), stop_signals_released(ignore_on_error):
             StopSignals(['SIGUSR2']).install()
             raise RuntimeError
-        assert installed_stop_signals() is None
+        assert StopSignals.current is None
         assert signal.getsignal(signal.SIGUSR2) is (signal.SIG_IGN if ignore_on_error
                                                     else previous)
     finally:

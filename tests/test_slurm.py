@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from test_preemption import MAX_ITERS, resumed_from, write_fault_config
 
+from afno_seg.engine.checkpoint_hook import INTERRUPTED_EXIT_CODE
 from afno_seg.engine.distributed import slurm_rendezvous_environment
 from afno_seg.engine.errors import UserError
-from afno_seg.engine.preemption import INTERRUPTED_EXIT_CODE
 
 from conftest import (
     ROOT,
@@ -83,7 +83,7 @@ import os, time
 from pathlib import Path
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
-from afno_seg.engine.preemption import installed_stop_signals
+from afno_seg.engine.checkpoint_hook import StopSignals
 
 
 @HOOKS.register_module()
@@ -104,7 +104,7 @@ class WaitForStopSignalHook(Hook):
         Path(self.folder, f"rank{os.environ.get('RANK', '0')}.waiting").touch()
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            stop = installed_stop_signals()
+            stop = StopSignals.current
             if stop is not None and stop.received is not None:
                 return
             time.sleep(0.05)

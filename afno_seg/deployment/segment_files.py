@@ -46,10 +46,10 @@ from mmengine.utils import ProgressBar
 from torch.utils.data import DataLoader
 
 from ..engine.atomic_io import SaveError, atomic_write, remove_stale_temp_files
+from ..engine.checkpoint_hook import StopSignals
 from ..engine.dataloader_faults import leave_stop_signals_to_parent
 from ..engine.distributed import process_running
 from ..engine.errors import UserError
-from ..engine.preemption import StopSignals
 from .files import (
     InputFile,
     VideoOverlayWriter,

@@ -3,9 +3,8 @@ the atomic file backend, the checkpoint, random-state and non-finite-loss hooks,
 optim wrappers and :class:`~.runner.AfnoSegRunner`. Re-exported: the names used outside."""
 # ruff: noqa: F401
 from . import random_state
-from .atomic_io import AtomicLocalBackend, SaveError, atomic_write, remove_stale_temp_files
+from .atomic_io import SaveError, atomic_write, remove_stale_temp_files
 from .checkpoint import CheckpointError
-from .checkpoint_hook import DiskSpaceError, estimate_checkpoint_bytes
 from .errors import UserError
 from .numerics import NonFiniteLossError, NonFiniteLossHook
 from .precision import PRECISIONS, CPUAutocastOptimWrapper

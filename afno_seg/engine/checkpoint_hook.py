@@ -1,138 +1,124 @@
-"""A kill at any moment leaves ``last_checkpoint`` naming a complete checkpoint, and a stop signal
-or a clock saves the current iteration (mmengine's ``CheckpointHook`` deletes before it writes).
-
-mmengine 0.10.7 deletes the oldest kept checkpoint, writes the new one, then ``last_checkpoint``
-with a plain ``open(..., 'w')``. ``AtomicCheckpointHook`` keeps its arguments and ``save_best``
-and saves iteration and epoch checkpoints itself through ``Runner.save_checkpoint``: the file
-and then ``last_checkpoint`` atomically (:mod:`.atomic_io`), then the deletions. It clears a
-killed save's temporary files and checks the free space before training; after an iteration in
-which a stop signal (:mod:`.preemption`) arrived, or ``interval_minutes`` after the last save, it
-saves, and on a signal raises :class:`~.preemption.TrainingInterrupted` (``tools/train.py``
-exits 75). Distributed ranks agree on both every ``agree_every`` iterations. docs/reliability.md.
-"""
-import os.path as osp
-import shutil
+"""A kill at any moment leaves ``last_checkpoint`` naming a complete checkpoint; a stop signal or
+a clock saves the current iteration (mmengine's ``CheckpointHook`` writes in place and deletes the
+oldest kept checkpoint first; Python's default handlers kill a run mid-iteration)."""
+import os
 import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from mmengine.dist import all_reduce, get_world_size, is_main_process
 from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS
 
-from .atomic_io import atomic_write, format_size, remove_stale_temp_files
-from .errors import UserError
-from .preemption import DEFAULT_SIGNALS, StopSignals, TrainingInterrupted
+from .atomic_io import ATOMIC_BACKEND, atomic_write, remove_stale_temp_files
 
-__all__ = ['AtomicCheckpointHook', 'DiskSpaceError', 'estimate_checkpoint_bytes']
-
-# meta (the config text, dataset metainfo), message_hub and pickling overhead, generously.
-CHECKPOINT_OVERHEAD_BYTES = 2_000_000
+INTERRUPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: tools/slurm_train.sh reruns on it
+SAME_EVENT_WINDOW_S = 1.0
+STOP_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1')
 
 
-class DiskSpaceError(UserError):
-    """The checkpoint folder cannot hold one more checkpoint."""
-
-
-def _optimizer_state_factor(optimizer: torch.optim.Optimizer) -> int:
-    """How many parameter-sized tensors the optimizer keeps per parameter (its saved state)."""
-    defaults = getattr(optimizer, 'defaults', {})
-    if 'betas' in defaults:  # Adam, AdamW, NAdam, ...: exp_avg, exp_avg_sq (+ max_exp_avg_sq)
-        return 3 if defaults.get('amsgrad') else 2
-    if 'momentum' in defaults:  # SGD, RMSprop: one momentum buffer when momentum is used
-        return 1 if defaults['momentum'] else 0
-    return 2  # unknown optimizer: assume Adam-like
-
-
-def estimate_checkpoint_bytes(model: torch.nn.Module, optim_wrapper=None,
-                              save_optimizer: bool = True) -> dict[str, int]:
-    """Estimate the size of one checkpoint in bytes: ``{'model': weights and buffers,
-    'optimizer': its state, 'overhead': ..., 'total': ...}``."""
-    model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()
-                      if isinstance(t, torch.Tensor))
-    optimizer_bytes = 0
-    if save_optimizer and optim_wrapper is not None:
-        wrappers = optim_wrapper.values() if hasattr(optim_wrapper, 'values') else [optim_wrapper]
-        for optimizer in (wrapper.optimizer for wrapper in wrappers):
-            optimizer_bytes += _optimizer_state_factor(optimizer) * sum(
-                p.numel() * p.element_size() for group in optimizer.param_groups
-                for p in group['params'] if p.requires_grad)
-    return dict(model=model_bytes, optimizer=optimizer_bytes, overhead=CHECKPOINT_OVERHEAD_BYTES,
-                total=model_bytes + optimizer_bytes + CHECKPOINT_OVERHEAD_BYTES)
-
-
-def free_bytes(folder: str) -> int:
-    """Free bytes on the file system of ``folder`` (a seam the tests replace)."""
-    return shutil.disk_usage(folder).free
-
-
-def now() -> float:
-    """Seconds on a monotonic clock (a seam the tests replace)."""
+def now() -> float:  # a seam the tests replace
     return time.monotonic()
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped after a stop signal, its last iteration saved (the message says where)."""
+    exit_code = INTERRUPTED_EXIT_CODE  # what a tool exits with (run_tool)
+
+
+class StopSignals:
+    """Handlers (main thread only, one instance at a time) recording the first of ``signals``; one
+    more than ``SAME_EVENT_WINDOW_S`` later (Slurm, torchrun send copies) exits with 128 + signal
+    at the main thread's next bytecode (SIGKILL ends a process blocked in C)."""
+    current = None  # the instance whose handlers are installed
+
+    def __init__(self, signals: Sequence[str] = STOP_SIGNALS) -> None:
+        self.signals = [signal.Signals[name] for name in signals]
+        self.received, self._first_at, self._previous = None, 0.0, {}
+
+    def __enter__(self) -> 'StopSignals':
+        self.install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.uninstall()
+
+    def install(self) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        if StopSignals.current is not None:
+            StopSignals.current.uninstall()
+        self._previous = {number: signal.signal(number, self._handle) for number in self.signals}
+        StopSignals.current = self
+        return True
+
+    def uninstall(self, ignore: bool = False) -> None:
+        # ignore: SIG_IGN in one step, for a failing process whose message a SIGTERM would cut
+        if StopSignals.current is self:
+            for number, handler in self._previous.items():
+                signal.signal(number, signal.SIG_IGN if ignore else handler)
+            StopSignals.current = None
+
+    def _handle(self, number: int, frame) -> None:
+        if self.received is None:
+            self.received, self._first_at = signal.Signals(number), time.monotonic()
+        elif time.monotonic() - self._first_at >= SAME_EVENT_WINDOW_S:
+            os.write(2, f'\nsecond stop signal ({signal.Signals(number).name}): exiting now, '
+                        'without a checkpoint of the current iteration\n'.encode())
+            os._exit(128 + number)
+
+
+@contextmanager
+def stop_signals_released(ignore_on_error: bool = False) -> Iterator[None]:
+    """Uninstall the current :class:`StopSignals` however the block ends (no hook runs when
+    training raises); on an exception with ``ignore_on_error``, to ``SIG_IGN``."""
+    ignore = ignore_on_error
+    try:
+        yield
+        ignore = False
+    finally:
+        if StopSignals.current is not None:
+            StopSignals.current.uninstall(ignore)
+
+
+def restart_count() -> tuple[str, int] | None:
+    """``('torchrun', n)`` / ``('Slurm', n)`` when this process is the n-th restart (n >= 1)."""
+    for launcher, variable in (('torchrun', 'TORCHELASTIC_RESTART_COUNT'),
+                               ('Slurm', 'SLURM_RESTART_COUNT')):
+        if os.environ.get(variable, '0') != '0':
+            return launcher, int(os.environ[variable])
+    return None
 
 
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
-    """``CheckpointHook`` that never lets ``last_checkpoint`` name a partial or deleted file,
-    and that saves on a stop signal and every ``interval_minutes``.
-
-    Takes :class:`mmengine.hooks.CheckpointHook`'s arguments, plus:
-
-    Args:
-        interval_minutes (float | None): Also save when this many minutes passed since the last
-            save (iteration-based training; checked after every iteration). Default: None (only
-            every ``interval`` iterations).
-        stop_signals (Sequence[str]): Signals that make training stop after the current
-            iteration with a checkpoint (iteration-based training). Default: ('SIGTERM',
-            'SIGINT', 'SIGUSR1'); ``()`` keeps Python's defaults.
-        agree_every (int): Distributed, the ranks agree on a signal or a clock save this often
-            (iterations) and at the last one. Default: 10.
-
-    The free-space check needs a local ``out_dir`` (a remote backend skips it).
-    """
+    """``CheckpointHook`` writing local files (``best_*`` too) atomically; by iteration, it saves
+    ``iter_N.pth``, then ``last_checkpoint``, then deletes the oldest, also ``interval_minutes``
+    after the last save (Default: None) and on ``stop_signals`` (Default: SIGTERM, SIGINT, SIGUSR1;
+    ``()`` keeps Python's) before raising :class:`TrainingInterrupted`. Distributed, the ranks agree
+    on those (one all-reduce) every ``agree_every`` iterations (Default: 10) and at the last."""
 
     def __init__(self, *args, interval_minutes: float | None = None,
-                 stop_signals: Sequence[str] = DEFAULT_SIGNALS, agree_every: int = 10,
+                 stop_signals: Sequence[str] = STOP_SIGNALS, agree_every: int = 10,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        # Distributed: the ranks agree on a signal or a clock save (one all-reduce) this often
-        # and at the last iteration, so a signal waits at most this many iterations (B3: ~10 s
-        # on 8 GPUs); 1 agrees every iteration.
-        self.agree_every = max(int(agree_every), 1)
-        if interval_minutes is not None and not interval_minutes > 0:
-            raise ValueError(f'interval_minutes must be a positive number of minutes or None, '
-                             f'got {interval_minutes!r}')
-        self.interval_minutes = interval_minutes
-        self.stop_signals = tuple(stop_signals)
-        self._stop: StopSignals | None = None
-        self._last_save_time = 0.0
+        self.interval_minutes, self.agree_every = interval_minutes, agree_every
+        self._stop, self._last_save_time = StopSignals(stop_signals), 0.0
 
     def before_train(self, runner) -> None:
+        local = '://' not in str(self.out_dir or runner.work_dir) and not self.file_client_args
+        if local and self.backend_args is None:  # mmengine passes it to every save, best_* too
+            self.backend_args = dict(backend=ATOMIC_BACKEND)
         super().before_train(runner)
         self._last_save_time = now()
-        if is_main_process() and '://' not in str(self.out_dir):
-            for path in remove_stale_temp_files(self.out_dir) + remove_stale_temp_files(
-                    runner.work_dir):
+        for folder in {self.out_dir, runner.work_dir} if local and is_main_process() else ():
+            for path in remove_stale_temp_files(folder):
                 runner.logger.warning(f'removed {path}, left by a save that was interrupted')
-            self._check_free_space(runner)
-        if self.stop_signals and not self.by_epoch:
-            self._stop = StopSignals(self.stop_signals,
-                                     describe_state=lambda: _last_checkpoint_state(runner))
-            if not self._stop.install():
-                self._stop = None  # not the main thread: Python allows handlers only there
-
-    def after_train(self, runner) -> None:
-        super().after_train(runner)
-        if self._stop is not None:
-            self._stop.uninstall()
-            self._stop = None
-
-    def after_train_epoch(self, runner) -> None:
-        if self.by_epoch and (self.every_n_epochs(runner, self.interval, self.save_begin) or
-                              (self.save_last and self.is_last_train_epoch(runner))):
-            runner.logger.info(f'Saving checkpoint at {runner.epoch + 1} epochs')
-            self.save(runner, runner.epoch + 1, dict(epoch=runner.epoch + 1, iter=runner.iter))
+        if not self.by_epoch:  # AfnoSegRunner.train gives the handlers back
+            self._stop.install()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         if self.by_epoch:
@@ -141,71 +127,32 @@ class AtomicCheckpointHook(CheckpointHook):
         scheduled = self.every_n_train_iters(runner, self.interval, self.save_begin) or (
             self.save_last and self.is_last_train_iter(runner))
         if scheduled:
-            runner.logger.info(f'Saving checkpoint at {step} iterations')
-            self.save(runner, step, dict(epoch=runner.epoch, iter=step))
-        signal_number, due = self._requests(runner)  # after that save: a signal during it counts
-        name = signal.Signals(signal_number).name if signal_number else None
-        if (name or due) and not scheduled:
-            reason = f'stop signal {name}' if name else (f'{self.interval_minutes:g} min since '
-                                                         'the last save')
-            runner.logger.info(f'Saving checkpoint at {step} iterations ({reason})')
-            self.save(runner, step, dict(epoch=runner.epoch, iter=step))
+            self.save(runner, step, '')
+        # after that save (a signal during it needs no second one)
+        due = self.interval_minutes is not None and (
+            now() - self._last_save_time >= 60 * self.interval_minutes)
+        requests = torch.tensor([float(self._stop.received or 0), float(due)])
+        if get_world_size() == 1 or self.every_n_train_iters(runner, self.agree_every) or \
+                self.is_last_train_iter(runner):
+            all_reduce(requests, op='max')  # any rank's: all stop after the same iteration
+        else:
+            requests.zero_()  # distributed, a request counts at an agreement only
+        name = signal.Signals(int(requests[0])).name if requests[0] else None
+        if (name or requests[1]) and not scheduled:
+            self.save(runner, step, f' (stop signal {name})' if name else
+                      f' ({self.interval_minutes:g} min since the last save)')
         if name and step < runner.max_iters:
-            # The handlers stay until the train() of build_runner's runner sets them to
-            # SIG_IGN (in a tool) or back, also on an exception: a repeated signal (torchrun's
-            # SIGTERM) must not cut exit 75 or the failing tool's message short.
-            runner.logger.warning(
-                f'{name} received: training stopped after iteration {step}; '
-                f'{self.last_ckpt} holds it and last_checkpoint names it. Run the same command '
-                'with --resume to continue.')
-            raise TrainingInterrupted(name, step, self.last_ckpt)
+            message = (f'{name} received: training stopped after iteration {step}; '
+                       f'{self.last_ckpt} holds it and last_checkpoint names it. Run the same '
+                       'command with --resume to continue.')
+            runner.logger.warning(message)
+            raise TrainingInterrupted(message)
 
-    def _requests(self, runner) -> tuple[int, bool]:
-        """(largest stop-signal number received or 0, whether a clock save is due); distributed,
-        any rank's at an agreement and (0, False) between: every rank acts after the same one."""
-        received = self._stop.received if self._stop is not None else None
-        due = (self.interval_minutes is not None
-               and now() - self._last_save_time >= 60 * self.interval_minutes)
-        if get_world_size() == 1:
-            return int(received or 0), due
-        if not (self.every_n_train_iters(runner, self.agree_every)
-                or self.is_last_train_iter(runner)):
-            return 0, False
-        requests = torch.tensor([float(received or 0), float(due)])
-        all_reduce(requests, op='max')
-        return int(requests[0]), bool(requests[1])
-
-    def _remaining_saves(self, runner) -> int:
-        left = runner.max_epochs - runner.epoch if self.by_epoch else runner.max_iters - runner.iter
-        count = max(left, 0) // max(self.interval, 1) + (1 if self.save_last else 0)
-        return min(count, self.max_keep_ckpts) if self.max_keep_ckpts > 0 else count
-
-    def _check_free_space(self, runner) -> None:
-        estimate = estimate_checkpoint_bytes(runner.model, runner.optim_wrapper,
-                                             self.save_optimizer)
-        free = free_bytes(self.out_dir)
-        one = estimate['total']
-        described = (f'one checkpoint needs about {format_size(one)} (weights and buffers '
-                     f'{format_size(estimate["model"])}, optimizer state '
-                     f'{format_size(estimate["optimizer"])})')
-        if free < one:
-            raise DiskSpaceError(
-                f'not enough free space in {self.out_dir} to save a checkpoint: {described}, '
-                f'and the disk has {format_size(free)} free. Free some space, or set '
-                'default_hooks.checkpoint.out_dir (or --work-dir) to another disk.')
-        kept = self._remaining_saves(runner)
-        if free < kept * one:
-            runner.logger.warning(
-                f'{self.out_dir}: {described}; this run keeps up to {kept} of them '
-                f'({format_size(kept * one)}) but the disk has {format_size(free)} free. A save '
-                'that runs out of space stops training with an error; earlier checkpoints stay.')
-
-    def save(self, runner, step: int, meta: dict) -> None:
-        """Save checkpoint ``step``, point ``last_checkpoint`` at it, then delete what
-        ``max_keep_ckpts`` no longer keeps (in this order: a kill in between loses nothing)."""
+    def save(self, runner, step: int, reason: str) -> None:
+        """Save, point ``last_checkpoint`` at it, then delete (a kill in between loses nothing)."""
+        runner.logger.info(f'Saving checkpoint at {step} iterations{reason}')
         outdated = []
-        if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids
-                                            and self.keep_ckpt_ids[-1] == step):
+        if self.max_keep_ckpts > 0:
             if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
                 outdated.append(self.keep_ckpt_ids.popleft())
             self.keep_ckpt_ids.append(step)
@@ -216,20 +163,11 @@ class AtomicCheckpointHook(CheckpointHook):
         runner.save_checkpoint(
             self.out_dir, self.filename_tmpl.format(step), self.file_client_args,
             save_optimizer=self.save_optimizer, save_param_scheduler=self.save_param_scheduler,
-            meta=meta, by_epoch=self.by_epoch, backend_args=self.backend_args, **self.args)
-        if not is_main_process():
-            return
-        atomic_write(self.last_ckpt, osp.join(runner.work_dir, 'last_checkpoint'))
-        for old_step in outdated:
-            path = self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old_step))
-            if self.file_backend.isfile(path):
-                self.file_backend.remove(path)
-
-
-def _last_checkpoint_state(runner) -> str:
-    """What ``last_checkpoint`` names now (for the message of an immediate exit)."""
-    path = osp.join(runner.work_dir, 'last_checkpoint')
-    if not osp.isfile(path):
-        return 'No checkpoint has been completed yet.'
-    with open(path) as file:
-        return f'last_checkpoint still names {file.read().strip()}.'
+            meta=dict(epoch=runner.epoch, iter=step), by_epoch=False,
+            backend_args=self.backend_args, **self.args)
+        if is_main_process():
+            atomic_write(self.last_ckpt, os.path.join(runner.work_dir, 'last_checkpoint'))
+            for old in outdated:
+                path = self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(old))
+                if self.file_backend.isfile(path):
+                    self.file_backend.remove(path)

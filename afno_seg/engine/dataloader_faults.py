@@ -66,7 +66,6 @@ def worker_init(worker_id: int, num_workers: int = 0, rank: int = 0,
     (PyTorch's shutdown of a stuck worker), so a signal to every process of the job reaches the
     main process alone, which checkpoints and then shuts its workers down; with ``seed``, then
     mmengine's seeding (its default ``worker_init_fn``)."""
-    signal.set_wakeup_fd(-1)  # inherited from the main process's StopSignals by fork
     for number in (signal.SIGINT, signal.SIGUSR1):
         signal.signal(number, signal.SIG_IGN)
     # Python's handlers cannot see the sender: a thread waits for SIGTERM with sigwaitinfo.

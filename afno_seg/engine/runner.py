@@ -23,6 +23,7 @@ from ..decode_heads import use_low_res_fusion
 from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
 from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
+from .checkpoint_hook import TrainingInterrupted, restart_count, stop_signals_released
 from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import (
     DEFAULT_TIMEOUT_S,
@@ -33,7 +34,6 @@ from .dataloader_faults import (
 from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
 from .precision import EAGER_STEP, apply_precision, apply_test_precision
-from .preemption import TrainingInterrupted, restart_count, stop_signals_released
 from .preflight import check_data_roots, check_model_types, check_pretrained, check_work_dir
 from .results import print_results, test_results, train_results
 
@@ -232,7 +232,7 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
 def run_tool(main: Callable[[], None]) -> int:
     """A tool's main as its exit status (main's own int, else 0): 1 with the message alone on
     stderr for a :class:`UserError`, a dead or stuck loader worker, a dead rank; 75 for a stop
-    signal (:class:`~.preemption.TrainingInterrupted`)."""
+    signal (:class:`~.checkpoint_hook.TrainingInterrupted`)."""
     code, peers_lost = 0, False
     token = _IN_TOOL.set(True)
     try:
