@@ -228,14 +228,6 @@ def test_bad_inputs_are_named(case, inference_tool, checkpoint, images, tmp_path
         assert fragment in str(error.value), str(error.value)
 
 
-def test_test_tool_names_a_bad_checkpoint_before_the_runner_log(tmp_path):
-    garbage = tmp_path / 'garbage.pth'
-    garbage.write_text('hello')
-    result = run_tool('tools/test.py', TINY_CONFIG, str(garbage), '--work-dir', str(tmp_path))
-    expect_one_line_error(result, 'garbage.pth', 'not a readable PyTorch checkpoint')
-    assert not list(tmp_path.glob('2*'))  # no Runner: no timestamped log folder
-
-
 def test_slide_mode_defaults_from_the_training_crop():
     cfg = Config.fromfile(TINY_CONFIG)
     set_inference_mode(cfg, 'slide')
