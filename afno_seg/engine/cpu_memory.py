@@ -1,6 +1,5 @@
-"""A CPU training step re-uses the memory of its large activations instead of page-faulting it
-in anew each step: glibc unmaps freed blocks above its mmap threshold and torch's CPU allocator
-keeps no cache. Measured 7-12% per CPU step (BENCHMARKS.md, "What made AFNO fast", item 7)."""
+"""A CPU training step re-uses its large activations' memory instead of page-faulting it in anew
+each step (glibc unmaps freed large blocks, torch's CPU allocator caches none; BENCHMARKS.md)."""
 import ctypes
 import ctypes.util
 import os
@@ -16,9 +15,8 @@ def cache_freed_cpu_memory() -> bool:
     """Keep freed large blocks in this process's heap (the resident size stays at the peak, as
     with CUDA's caching allocator; forked workers inherit it). True when in effect; False with
     ``AFNO_SEG_CPU_MEMORY_CACHE=0`` or without glibc (musl's ``mallopt`` does nothing)."""
-    if os.environ.get('AFNO_SEG_CPU_MEMORY_CACHE', '1').lower() in ('0', 'false', 'no', 'off'):
-        return False
-    if platform.libc_ver()[0] != 'glibc':
+    if os.environ.get('AFNO_SEG_CPU_MEMORY_CACHE', '1').lower() in ('0', 'false', 'no', 'off') \
+            or platform.libc_ver()[0] != 'glibc':
         return False
     try:
         mallopt = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6').mallopt

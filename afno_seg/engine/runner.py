@@ -4,7 +4,6 @@ GPU configs run on a CPU."""
 import gc
 import logging
 import os
-import os.path as osp
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -33,7 +32,7 @@ from .dataloader_faults import (
 )
 from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
-from .precision import EAGER_STEP, apply_precision, apply_test_precision
+from .precision import EAGER_STEP, apply_precision
 from .preflight import check_data_roots, check_model_types, check_pretrained, check_work_dir
 from .results import print_results, test_results, train_results
 
@@ -42,18 +41,17 @@ __all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'check_con
 
 CONFIG_SUFFIXES = ('.py', '.yml', '.yaml', '.json')  # what Config.fromfile reads
 CHECKPOINT_SUFFIXES = ('.pth', '.pt', '.ckpt', '.safetensors', '.bin')
-# True inside run_tool (a failure then ends the process).
-_IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
+_IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)  # inside run_tool
 
 
 def check_config_path(config: str, checkpoint: str | None = None) -> str:
     """The file of ``config`` (``mmseg::`` resolved); a missing one, a checkpoint in its place
     or config and ``checkpoint`` swapped is one line (mmengine's is a traceback)."""
     path = resolve_config_path(config)
-    if Path(path).suffix in CONFIG_SUFFIXES:
-        if not osp.isfile(path):
-            raise UserError(f'config file not found: {config}')
+    if Path(path).suffix in CONFIG_SUFFIXES and Path(path).is_file():
         return path
+    if Path(path).suffix in CONFIG_SUFFIXES:
+        raise UserError(f'config file not found: {config}')
     if checkpoint is not None and Path(checkpoint).suffix in CONFIG_SUFFIXES:
         raise UserError(f'{config} looks like a checkpoint and {checkpoint} like a config: '
                         'swap them (the config comes first, then the checkpoint)')
@@ -67,15 +65,10 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
                 pretrained: bool = True, checkpoint: str | None = None) -> Config:
     """``Config.fromfile`` (:func:`check_config_path` first) with mmseg's tool conventions
     (``--cfg-options``, default work_dir), then ``--mixer`` (``pretrained`` False: no MiT file)."""
-    path = check_config_path(config, checkpoint)
-    cfg = Config.fromfile(path)
+    cfg = Config.fromfile(check_config_path(config, checkpoint))
     cfg.launcher = launcher
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    if work_dir is not None:
-        cfg.work_dir = work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    cfg.merge_from_dict(cfg_options or {})
+    cfg.work_dir = work_dir or cfg.get('work_dir', None) or f'./work_dirs/{Path(cfg.filename).stem}'
     return switch_mixer(cfg, mixer, pretrained, default_work_dir=work_dir is None)
 
 
@@ -92,16 +85,10 @@ def write_switched_config(config: str, spec: str | None, out_dir: str,
     return str(path)
 
 
-def adapt_config_to_device(cfg: Config, distributed: bool = False,
-                           cuda_available: bool | None = None,
-                           precision: str | None = 'auto') -> Config:
-    """Rewrite a GPU config in place for this device, logging what changed: the precision
-    (:func:`.apply_precision`; None: left as it is) and, distributed without CUDA, gloo and
-    mmengine's DDP with ``device_ids=None`` (the Runner's ``[LOCAL_RANK]`` fails on a CPU)."""
-    cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
-    if precision is not None:
-        apply_precision(cfg, precision, cuda_available)
-    if cuda_available or not distributed:
+def adapt_config_to_device(cfg: Config, distributed: bool, cuda: bool) -> Config:
+    """Distributed without CUDA: gloo and mmengine's DDP with ``device_ids=None`` (the Runner's
+    ``[LOCAL_RANK]`` fails on a CPU), logged; else ``cfg`` as it is."""
+    if cuda or not distributed:
         return cfg
     cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
     wrapper = cfg.get('model_wrapper_cfg') or dict(  # mmengine's default wrapping, less the GPU
@@ -159,27 +146,23 @@ class AfnoSegRunner(Runner):
 
 
 def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
-    """Check the data of ``loaders``, the work_dir and the model types; adapt to the device and
-    ``precision``; on a CPU keep freed memory (:mod:`.cpu_memory`) and join a gloo group under
-    ``--launcher pytorch|slurm``; build the config's ``runner_type`` (an :class:`AfnoSegRunner`)."""
+    """Check the data of ``loaders``, the work_dir and the model types; train (a train loader)
+    in ``precision`` (:func:`.apply_precision`); without CUDA adapt the config to the CPU, keep
+    freed memory (:mod:`.cpu_memory`) and join a gloo group under ``--launcher pytorch|slurm``;
+    build an :class:`AfnoSegRunner` (whatever the config's ``runner_type``)."""
     check_data_roots(cfg, loaders)
     check_work_dir(cfg.work_dir)
     check_model_types(cfg)
-    adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',  # a test builds no optimizer
-                           precision=precision if 'train_dataloader' in loaders else None)
-    if not torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if 'train_dataloader' in loaders:  # a test builds no optimizer
+        apply_precision(cfg, precision, cuda)
+    adapt_config_to_device(cfg, cfg.launcher != 'none', cuda)
+    if not cuda:
         cache_freed_cpu_memory()
-        if cfg.launcher in ('pytorch', 'slurm'):
-            dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
-            init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
-        elif cfg.launcher == 'mpi':  # mmengine's MPI start calls torch.cuda.set_device
-            raise UserError('--launcher mpi needs CUDA; on CPUs use --launcher pytorch '
-                            '(tools/dist_train.sh) or slurm (tools/slurm_train.sh)')
-    runner_class = RUNNERS.get(cfg.get('runner_type', 'AfnoSegRunner'))
-    if not (isinstance(runner_class, type) and issubclass(runner_class, AfnoSegRunner)):
-        raise UserError(f'runner_type={cfg.runner_type!r}: the tools need a registered subclass '
-                        'of afno_seg.engine.runner.AfnoSegRunner')
-    runner = runner_class.from_cfg(cfg)
+    if not cuda and cfg.launcher in ('pytorch', 'slurm'):
+        dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
+        init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
+    runner = AfnoSegRunner.from_cfg(cfg)
     record_peers()
     return runner
 
@@ -209,9 +192,8 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
 
 
 def run_test(config: str, checkpoint: str, work_dir: str | None = None,
-             cfg_options: dict | None = None, *, launcher: str = 'none',
-             precision: str = 'auto', mixer: str | None = None, trust: bool = False,
-             edit: Callable[[Config], None] | None = None) -> None:
+             cfg_options: dict | None = None, *, launcher: str = 'none', mixer: str | None = None,
+             trust: bool = False, edit: Callable[[Config], None] | None = None) -> None:
     """``tools/test.py``, its flags as arguments (``edit(cfg)``: ``--tta``, ``--show``, ...); a
     checkpoint that does not fit the model is refused, not evaluated with random weights."""
     cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer, pretrained=False,
@@ -220,7 +202,6 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
     use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
     if edit is not None:
         edit(cfg)
-    apply_test_precision(cfg, precision)
     runner = build_runner(cfg, ['test_dataloader'])
     runner.register_hook(CheckpointFitHook(strict=True,
                                            new_prefixes=cfg.get('checkpoint_new_keys', ())))
@@ -233,11 +214,9 @@ def run_tool(main: Callable[[], None]) -> int:
     """A tool's main as its exit status (main's own int, else 0): 1 with the message alone on
     stderr for a :class:`UserError`, a dead or stuck loader worker, a dead rank; 75 for a stop
     signal (:class:`~.checkpoint_hook.TrainingInterrupted`)."""
-    code, peers_lost = 0, False
-    token = _IN_TOOL.set(True)
+    code, peers_lost, token = 0, False, _IN_TOOL.set(True)
     try:
-        result = main()
-        code = result if isinstance(result, int) else 0
+        code = main() or 0
     except TrainingInterrupted as stop:
         code = stop.exit_code
     except Exception as error:
