@@ -64,7 +64,8 @@ def gpu_style_config():
 
 
 def test_adapt_config_without_cuda():
-    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda=False)
+    cfg = gpu_style_config()
+    adapt_config_to_device(cfg, distributed=True, cuda=False)
     apply_precision(cfg, 'bf16', cuda=False)
     assert cfg.optim_wrapper.type == 'CPUAutocastOptimWrapper'
     assert cfg.optim_wrapper.dtype == 'bfloat16' and 'loss_scale' not in cfg.optim_wrapper
@@ -74,7 +75,8 @@ def test_adapt_config_without_cuda():
 
 
 def test_adapt_config_with_cuda_changes_nothing():
-    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda=True)
+    cfg = gpu_style_config()
+    adapt_config_to_device(cfg, distributed=True, cuda=True)
     assert cfg.to_dict() == gpu_style_config().to_dict()
 
 
@@ -99,7 +101,8 @@ def test_ddp_wraps_cpu_module(tmp_path):
     """mmengine's own DDP wrapper from the adapted model_wrapper_cfg, built as Runner.wrap_model
     builds it (``device_ids=[LOCAL_RANK]`` as a default argument, which DDP refuses on a CPU)."""
     from mmengine.registry import MODEL_WRAPPERS
-    cfg = adapt_config_to_device(gpu_style_config(), distributed=True, cuda=False)
+    cfg = gpu_style_config()
+    adapt_config_to_device(cfg, distributed=True, cuda=False)
     dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0, world_size=1)
     try:
         model = MODEL_WRAPPERS.build(cfg.model_wrapper_cfg, default_args=dict(

@@ -1,7 +1,6 @@
 """A CPU training step re-uses its large activations' memory instead of page-faulting it in anew
 each step (glibc unmaps freed large blocks, torch's CPU allocator caches none; BENCHMARKS.md)."""
 import ctypes
-import ctypes.util
 import os
 import platform
 
@@ -18,10 +17,7 @@ def cache_freed_cpu_memory() -> bool:
     if os.environ.get('AFNO_SEG_CPU_MEMORY_CACHE', '1').lower() in ('0', 'false', 'no', 'off') \
             or platform.libc_ver()[0] != 'glibc':
         return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6').mallopt
-    except (OSError, AttributeError):
-        return False
+    mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: glibc's
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # Trim first: with the mmap threshold alone raised, freed memory at the top of the heap
     # would still go back to the kernel once it exceeds the default 128 KiB.

@@ -31,9 +31,8 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
     if requested != 'auto' and kind not in _WRAPPERS:
         raise UserError(f'--precision {requested} needs optim_wrapper.type in {_WRAPPERS}; the '
                         f'config has {kind!r}')
-    dtype = wrapper.get('dtype') or ('bfloat16' if kind == _WRAPPERS[2] else 'float16')
-    configured = 'fp32' if kind not in _WRAPPERS[1:] else 'bf16' if 'bfloat16' in str(dtype) \
-        else 'fp16'
+    dtype = str(wrapper.get('dtype') or ('bfloat16' if kind == _WRAPPERS[2] else 'float16'))
+    configured = 'fp32' if kind not in _WRAPPERS[1:] else 'bf16' if 'bfloat16' in dtype else 'fp16'
     chosen = requested if requested != 'auto' else configured if cuda else 'fp32'
     why = f'auto: the config\'s {configured}' if requested == 'auto' else f'--precision {chosen}'
     if chosen != configured and requested == 'auto':

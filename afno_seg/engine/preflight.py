@@ -1,8 +1,7 @@
 """Bad input fails before the Runner, in one line naming the config key, the file and what to do,
-where mmengine fails later and vaguer (an empty split: ``need at least one array to
-concatenate``; an unwritable work_dir: a traceback, or hours later at the first checkpoint; a
-misspelt ``type``: a registry ``KeyError``; a missing pretrained file: deep in ``init_weights``).
-"""
+where mmengine fails later and vaguer (an empty split: ``need at least one array to concatenate``;
+an unwritable work_dir: at the first checkpoint; a misspelt ``type``: a registry ``KeyError``; a
+missing pretrained file: deep in ``init_weights``)."""
 import difflib
 import importlib
 import inspect
@@ -104,8 +103,7 @@ def check_work_dir(work_dir: str) -> None:
 
 
 def _walk(node, path: str, skip=()):
-    """(path, parent, key, value) of each item under a config ``node``, depth first, not
-    descending into the items of ``skip`` keys."""
+    """(path, parent, key, value) of each item under ``node``, depth first, not under ``skip``."""
     items = node.items() if isinstance(node, dict) else \
         enumerate(node) if isinstance(node, (list, tuple)) else ()
     for key, value in items:
@@ -122,15 +120,11 @@ def _registered(registry, name: str) -> bool:
         return False
 
 
-def check_model_types(cfg: Config, registry=None) -> None:
-    """A :class:`.UserError` for an unregistered ``type`` in ``cfg.model``, looked up
-    in ``registry`` or else the ``MODELS`` of the config's ``default_scope`` (mmseg if unset)."""
+def check_model_types(cfg: Config) -> None:
+    """A :class:`.UserError` for an unregistered ``type`` in ``cfg.model``, looked up in the
+    ``MODELS`` of the config's ``default_scope`` (mmseg if unset)."""
     source, scope = cfg.filename or 'the config', cfg.get('default_scope', None) or 'mmseg'
-    try:
-        registry = registry or importlib.import_module(f'{scope}.registry').MODELS
-    except (ImportError, AttributeError) as error:
-        raise UserError(f'{source}: default_scope={scope!r} names no installed OpenMMLab '
-                        f'library with a MODELS registry ({error})') from error
+    registry = importlib.import_module(f'{scope}.registry').MODELS
     for path, _, key, name in _walk(cfg.get('model'), 'model', OTHER_REGISTRY_KEYS):
         if key == 'type' and isinstance(name, str) and not _registered(registry, name):
             names = [n for r in (registry, registry.parent) if r for n in r.module_dict]

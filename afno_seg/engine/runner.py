@@ -85,11 +85,11 @@ def write_switched_config(config: str, spec: str | None, out_dir: str,
     return str(path)
 
 
-def adapt_config_to_device(cfg: Config, distributed: bool, cuda: bool) -> Config:
+def adapt_config_to_device(cfg: Config, distributed: bool, cuda: bool) -> None:
     """Distributed without CUDA: gloo and mmengine's DDP with ``device_ids=None`` (the Runner's
-    ``[LOCAL_RANK]`` fails on a CPU), logged; else ``cfg`` as it is."""
+    ``[LOCAL_RANK]`` fails on a CPU) in ``cfg``, logged."""
     if cuda or not distributed:
-        return cfg
+        return
     cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
     wrapper = cfg.get('model_wrapper_cfg') or dict(  # mmengine's default wrapping, less the GPU
         type='MMDistributedDataParallel', broadcast_buffers=False,
@@ -98,7 +98,6 @@ def adapt_config_to_device(cfg: Config, distributed: bool, cuda: bool) -> Config
         cfg.model_wrapper_cfg = {**wrapper, 'device_ids': None}
     print_log('[afno_seg] no CUDA device: distributed backend gloo, DDP on CPU modules.',
               logger='current', level=logging.WARNING)
-    return cfg
 
 
 @RUNNERS.register_module()
@@ -109,9 +108,8 @@ class AfnoSegRunner(Runner):
     under ``compile=True`` the optimizer step stays eager (:data:`~.precision.EAGER_STEP`)."""
 
     def train(self, *args, **kwargs):
-        # No hook can: mmengine calls none on an exception. Inside run_tool a failure ignores
-        # the signals instead: torchrun's SIGTERM to the survivors of a dead rank must not cut
-        # the one-line message short.
+        # No hook can: mmengine calls none on an exception. Inside run_tool a failure ignores them
+        # instead: torchrun's SIGTERM to a dead rank's survivors must not cut their message short.
         with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
             return super().train(*args, **kwargs)
 
@@ -146,10 +144,9 @@ class AfnoSegRunner(Runner):
 
 
 def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
-    """Check the data of ``loaders``, the work_dir and the model types; train (a train loader)
-    in ``precision`` (:func:`.apply_precision`); without CUDA adapt the config to the CPU, keep
-    freed memory (:mod:`.cpu_memory`) and join a gloo group under ``--launcher pytorch|slurm``;
-    build an :class:`AfnoSegRunner` (whatever the config's ``runner_type``)."""
+    """Check the data of ``loaders``, the work_dir and the model types; train in ``precision``
+    (:func:`.apply_precision`); without CUDA adapt the config, keep freed memory (cpu_memory)
+    and join a gloo group under ``--launcher pytorch|slurm``; build an :class:`AfnoSegRunner`."""
     check_data_roots(cfg, loaders)
     check_work_dir(cfg.work_dir)
     check_model_types(cfg)
@@ -237,9 +234,9 @@ def run_tool(main: Callable[[], None]) -> int:
                 torch.distributed.barrier()
             gc.collect()  # the cycles that hold DDP's reducer
             torch.distributed.destroy_process_group()
-    # A lost peer: destroying the group could wait for it. torchrun's children and Slurm's
-    # tasks: gloo threads still held by DDP objects could abort a finished rank at interpreter
-    # exit (SIGABRT), and a fast exit narrows srun's kill-on-bad-exit window after a 75.
+    # A lost peer: destroying the group could wait for it. torchrun's and Slurm's ranks: gloo
+    # threads held by DDP objects could abort (SIGABRT) at interpreter exit, and a fast exit
+    # narrows srun's kill-on-bad-exit window after a 75.
     if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ or 'SLURM_STEP_ID' in os.environ:
         sys.stdout.flush()
         sys.stderr.flush()
