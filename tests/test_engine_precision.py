@@ -138,14 +138,19 @@ def test_resume_restores_the_loss_scale_exactly(tmp_path):
     assert resumed.loss_scaler.get_scale() == 2 * wrapper.loss_scaler.get_scale()
 
 
-def test_bf16_wrapper_has_no_scale_to_save():
+def test_bf16_wrapper_has_no_scale_and_resumes():
     model = torch.nn.Linear(4, 2)
-    wrapper = build_optim_wrapper(model, dict(type='CPUAutocastOptimWrapper', dtype='bfloat16',
-                                              optimizer=dict(type='SGD', lr=0.1)))
+    config = dict(type='CPUAutocastOptimWrapper', dtype='bfloat16',
+                  optimizer=dict(type='SGD', lr=0.1, momentum=0.9))
+    wrapper = build_optim_wrapper(model, config)
     with wrapper.optim_context(model):
         out = model(torch.randn(3, 4))
-    assert out.dtype == torch.bfloat16
-    assert not wrapper.loss_scaler.is_enabled() and 'loss_scaler' not in wrapper.state_dict()
+    assert out.dtype == torch.bfloat16 and not wrapper.loss_scaler.is_enabled()
+    wrapper.update_params(out.float().sum())
+    resumed = build_optim_wrapper(model, config)
+    resumed.load_state_dict(wrapper.state_dict())  # its empty scaler state included
+    assert resumed.state_dict()['state'][0]['momentum_buffer'].equal(
+        wrapper.state_dict()['state'][0]['momentum_buffer'])
 
 
 def test_saved_bytes_count_each_storage_once_without_parameters():

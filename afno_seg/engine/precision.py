@@ -12,7 +12,7 @@ from mmengine.registry import OPTIM_WRAPPERS
 
 from .errors import UserError
 
-__all__ = ['EAGER_STEP', 'PRECISIONS', 'CPUAutocastOptimWrapper', 'apply_precision']
+__all__ = ['PRECISIONS', 'CPUAutocastOptimWrapper', 'apply_precision']
 
 PRECISIONS = ('auto', 'fp16', 'bf16', 'fp32')
 _WRAPPERS = ('OptimWrapper', 'AmpOptimWrapper', 'CPUAutocastOptimWrapper')
@@ -59,7 +59,7 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
 
 # Under compile=True mmengine compiles the whole train_step; traced, the optimizer step fails in
 # torch 2.14 on mmengine's ConfigDict param groups, and a learning rate changing every iteration
-# would recompile. AfnoSegRunner builds these under compile in place of the config's type.
+# would recompile. AfnoSegRunner builds EagerStep<type> under compile in place of the config's.
 _eager_update_params = torch.compiler.disable(OptimWrapper.update_params)
 
 
@@ -73,9 +73,6 @@ class EagerStepOptimWrapper(OptimWrapper):
 class EagerStepAmpOptimWrapper(AmpOptimWrapper):
     """``AmpOptimWrapper`` whose ``update_params`` stays eager under ``compile``."""
     update_params = _eager_update_params
-
-
-EAGER_STEP = dict(OptimWrapper='EagerStepOptimWrapper', AmpOptimWrapper='EagerStepAmpOptimWrapper')
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -97,12 +94,6 @@ class CPUAutocastOptimWrapper(AmpOptimWrapper):
             'cpu', enabled=self.cast_dtype == torch.float16, **scaler_args)
 
     update_params = _eager_update_params
-
-    def state_dict(self) -> dict:
-        state = super().state_dict()
-        if not self.loss_scaler.is_enabled():  # {}: an fp16 resume could not load it
-            state.pop('loss_scaler', None)
-        return state
 
     @contextmanager
     def optim_context(self, model: torch.nn.Module):

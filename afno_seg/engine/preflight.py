@@ -29,8 +29,7 @@ MIT_WEIGHTS_HELP = ('MiT ImageNet-1K weights (b3 shown, b0-b5 alike; NVIDIA\'s n
                     'licence): `hf download nvidia/mit-b3 --local-dir data/pretrained/mit-b3`, '
                     'then `python tools/model_converters/mit2afno_seg.py data/pretrained/mit-b3 '
                     'data/pretrained/mit_b3.pth` (other sources: docs/configs.md).')
-# Keys under ``model`` whose ``type`` lives in another registry (weight initialisers,
-# mmpretrain's batch augmentations).
+# Keys under ``model`` whose ``type`` is in another registry (initialisers, mmpretrain's augments)
 OTHER_REGISTRY_KEYS = ('init_cfg', 'augments')
 
 
@@ -46,18 +45,17 @@ def _image_suffix(dataset: dict, mmpretrain: bool):
     if mmpretrain:  # matched case-insensitively: ImageNet's files end in '.JPEG'
         return tuple(dataset.get('extensions') or ('.jpg', '.jpeg', '.png', '.bmp', '.tif'))
     from mmseg.registry import DATASETS
-    with suppress(Exception):
+    default = '.jpg'  # mmseg's BaseSegDataset's
+    with suppress(Exception):  # the class's own default
         kind = dataset.get('type')
         cls = DATASETS.get(kind) if isinstance(kind, str) else kind
         default = inspect.signature(cls.__init__).parameters['img_suffix'].default
-        return dataset.get('img_suffix') or (default if isinstance(default, str) else '.jpg')
-    return dataset.get('img_suffix') or '.jpg'
+    return dataset.get('img_suffix') or default
 
 
 def check_data_roots(cfg: Config, loaders=('train_dataloader', 'val_dataloader',
                                             'test_dataloader')) -> None:
-    """A :class:`.UserError` if a dataset folder of ``loaders`` is missing or a split has no
-    sample."""
+    """A :class:`.UserError` if a dataset folder of ``loaders`` is missing or a split is empty."""
     mmpretrain = cfg.get('default_scope', None) == 'mmpretrain'
     for loader in loaders:
         for dataset in _leaves((cfg.get(loader) or {}).get('dataset')):
@@ -113,27 +111,24 @@ def _walk(node, path: str, skip=()):
             yield from _walk(value, where, skip)
 
 
-def _registered(registry, name: str) -> bool:
-    try:
-        return registry.get(name) is not None
-    except Exception:  # a name whose module fails to import
-        return False
-
-
 def check_model_types(cfg: Config) -> None:
     """A :class:`.UserError` for an unregistered ``type`` in ``cfg.model``, looked up in the
     ``MODELS`` of the config's ``default_scope`` (mmseg if unset)."""
     source, scope = cfg.filename or 'the config', cfg.get('default_scope', None) or 'mmseg'
     registry = importlib.import_module(f'{scope}.registry').MODELS
     for path, _, key, name in _walk(cfg.get('model'), 'model', OTHER_REGISTRY_KEYS):
-        if key == 'type' and isinstance(name, str) and not _registered(registry, name):
-            names = [n for r in (registry, registry.parent) if r for n in r.module_dict]
-            close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
-            raise UserError(
-                f'{source}: {path}={name!r} is not a registered model component (scope '
-                f'{registry.scope!r}).' + (f' Did you mean: {", ".join(close)}?' if close else '')
-                + " Check the spelling, and that the config has custom_imports = dict(imports="
-                "['afno_seg'], allow_failed_imports=False) for afno_seg's modules.")
+        if key != 'type' or not isinstance(name, str):
+            continue
+        with suppress(Exception):  # a name whose module fails to import: not registered
+            if registry.get(name) is not None:
+                continue
+        names = [n for r in (registry, registry.parent) if r for n in r.module_dict]
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+        raise UserError(
+            f'{source}: {path}={name!r} is not a registered model component (scope '
+            f'{registry.scope!r}).' + (f' Did you mean: {", ".join(close)}?' if close else '')
+            + " Check the spelling, and that the config has custom_imports = dict(imports="
+            "['afno_seg'], allow_failed_imports=False) for afno_seg's modules.")
 
 
 def check_pretrained(cfg: Config, from_scratch: bool = False) -> None:

@@ -1,6 +1,5 @@
-"""tools/train.py and tools/test.py as functions: a long run's failures (bad input, a stop signal,
-a dead loader worker or rank) end in one line and an exit status, not mmengine's traceback, and
-GPU configs run on a CPU."""
+"""tools/train.py and tools/test.py as functions: bad input, a stop signal, a dead loader worker or
+rank end in one line and an exit status, not mmengine's traceback; GPU configs run on a CPU."""
 import gc
 import logging
 import os
@@ -20,10 +19,10 @@ from mmengine.runner import Runner
 
 from ..decode_heads import use_low_res_fusion
 from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
+from . import cpu_memory, preflight, results
 from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
 from .checkpoint_hook import TrainingInterrupted, restart_count, stop_signals_released
-from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import (
     DEFAULT_TIMEOUT_S,
     TrackedDataset,
@@ -32,9 +31,7 @@ from .dataloader_faults import (
 )
 from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
-from .precision import EAGER_STEP, apply_precision
-from .preflight import check_data_roots, check_model_types, check_pretrained, check_work_dir
-from .results import print_results, test_results, train_results
+from .precision import apply_precision
 
 __all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'check_config_path',
            'load_config', 'run_test', 'run_tool', 'run_train', 'write_switched_config']
@@ -75,12 +72,11 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
 def write_switched_config(config: str, spec: str | None, out_dir: str,
                           cfg_options: dict | None = None) -> str:
     """The path of ``config`` itself without a mixer ``spec``, else of the derived config,
-    written as ``out_dir/<stem>_<spec>.py`` (``cfg_options`` merged)."""
+    written as ``out_dir/<stem>_<spec>.py`` (``out_dir`` exists; ``cfg_options`` merged)."""
     if spec is None:
         return resolve_config_path(config)
     cfg = load_config(config, cfg_options=cfg_options, mixer=spec, pretrained=False)
     path = Path(out_dir) / f'{Path(cfg.filename).stem}_{spec_slug(spec)}.py'
-    path.parent.mkdir(parents=True, exist_ok=True)
     cfg.dump(str(path))
     return str(path)
 
@@ -105,7 +101,7 @@ class AfnoSegRunner(Runner):
     """mmengine's ``Runner`` as the tools run it: ``train()`` releases the stop signals however
     it ends; without CUDA SyncBN runs as BatchNorm; loaders with workers get a ``timeout``, a
     :class:`~.dataloader_faults.TrackedDataset` and :func:`~.dataloader_faults.worker_init`;
-    under ``compile=True`` the optimizer step stays eager (:data:`~.precision.EAGER_STEP`)."""
+    under ``compile=True`` the optimizer step stays eager (:mod:`.precision`)."""
 
     def train(self, *args, **kwargs):
         # No hook can: mmengine calls none on an exception. Inside run_tool a failure ignores them
@@ -129,7 +125,8 @@ class AfnoSegRunner(Runner):
     def build_optim_wrapper(self, optim_wrapper):
         if self.cfg.get('compile') and isinstance(optim_wrapper, dict):
             kind = optim_wrapper.get('type', 'OptimWrapper')
-            optim_wrapper = {**optim_wrapper, 'type': EAGER_STEP.get(kind, kind)}
+            eager = kind in ('OptimWrapper', 'AmpOptimWrapper')  # precision.py's EagerStep*
+            optim_wrapper = {**optim_wrapper, 'type': f'EagerStep{kind}' if eager else kind}
         return super().build_optim_wrapper(optim_wrapper)
 
     def build_dataloader(self, dataloader, seed=None, diff_rank_seed=False):
@@ -147,15 +144,15 @@ def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -
     """Check the data of ``loaders``, the work_dir and the model types; train in ``precision``
     (:func:`.apply_precision`); without CUDA adapt the config, keep freed memory (cpu_memory)
     and join a gloo group under ``--launcher pytorch|slurm``; build an :class:`AfnoSegRunner`."""
-    check_data_roots(cfg, loaders)
-    check_work_dir(cfg.work_dir)
-    check_model_types(cfg)
+    preflight.check_data_roots(cfg, loaders)
+    preflight.check_work_dir(cfg.work_dir)
+    preflight.check_model_types(cfg)
     cuda = torch.cuda.is_available()
     if 'train_dataloader' in loaders:  # a test builds no optimizer
         apply_precision(cfg, precision, cuda)
     adapt_config_to_device(cfg, cfg.launcher != 'none', cuda)
     if not cuda:
-        cache_freed_cpu_memory()
+        cpu_memory.cache_freed_cpu_memory()
     if not cuda and cfg.launcher in ('pytorch', 'slurm'):
         dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
         init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
@@ -179,13 +176,13 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
                   f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
                   level=logging.WARNING)
     cfg.resume = resume or restarted is not None
-    check_pretrained(cfg, from_scratch)
+    preflight.check_pretrained(cfg, from_scratch)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
     runner = build_runner(cfg, loaders, precision)
     runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
     with trusted_checkpoints(trust):
         runner.train()
-    print_results(train_results(runner))
+    results.print_results(results.train_results(runner))
 
 
 def run_test(config: str, checkpoint: str, work_dir: str | None = None,
@@ -204,7 +201,7 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
                                            new_prefixes=cfg.get('checkpoint_new_keys', ())))
     with trusted_checkpoints(trust):
         metrics = runner.test()
-    print_results(test_results(runner, metrics))
+    results.print_results(results.test_results(runner, metrics))
 
 
 def run_tool(main: Callable[[], None]) -> int:
