@@ -93,11 +93,9 @@ def check_work_dir(work_dir: str) -> None:
         os.makedirs(work_dir, exist_ok=True)
         tempfile.TemporaryFile(dir=work_dir).close()
     except OSError as error:
-        where = '' if error.filename in (None, work_dir) else f' (at {error.filename})'
-        raise UserError(
-            f'work_dir {osp.abspath(work_dir)} is not writable: {error.strerror or error} '
-            f'[errno {error.errno}]{where}. Logs and checkpoints go there; pass --work-dir with '
-            'a folder you can write to.') from error
+        raise UserError(f'work_dir {osp.abspath(work_dir)} is not writable ({error}): logs and '
+                        'checkpoints go there; pass --work-dir with a folder you can write to.'
+                        ) from error
 
 
 def _walk(node, path: str, skip=()):

@@ -210,7 +210,7 @@ def run_tool(main: Callable[[], None]) -> int:
     signal (:class:`~.checkpoint_hook.TrainingInterrupted`)."""
     code, peers_lost, token = 0, False, _IN_TOOL.set(True)
     try:
-        code = main() or 0
+        code = result if isinstance(result := main(), int) else 0
     except TrainingInterrupted as stop:
         code = stop.exit_code
     except Exception as error:
