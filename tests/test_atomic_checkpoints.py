@@ -17,7 +17,7 @@ import torch
 import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.engine import (
     SaveError,
-    WorkDirError,
+    UserError,
     atomic_io,
     atomic_write,
     load_config,
@@ -168,7 +168,7 @@ def test_failed_save_with_max_keep_one_keeps_the_previous_checkpoint(
 def test_unwritable_work_dir_fails_before_building(tiny_demo_data, tmp_path):
     blocker = tmp_path / 'a_file'
     blocker.write_text('not a folder')
-    with pytest.raises(WorkDirError) as error:
+    with pytest.raises(UserError) as error:
         make_runner(tiny_demo_data, blocker / 'work_dir')
     assert f'work_dir {blocker / "work_dir"} is not writable' in str(error.value)
     assert 'Not a directory' in str(error.value) and '--work-dir' in str(error.value)
@@ -180,6 +180,6 @@ def test_unwritable_work_dir_message_from_the_tool(tiny_demo_data, tmp_path):
     blocker = tmp_path / 'a_file'
     blocker.write_text('not a folder')
     train = load_script('tools/train.py')
-    with pytest.raises(WorkDirError, match=f'work_dir {blocker / "w"} is not writable'):
+    with pytest.raises(UserError, match=f'work_dir {blocker / "w"} is not writable'):
         train.main([TINY_CONFIG, '--work-dir', str(blocker / 'w'),
                     *cli_options(data_roots(tiny_demo_data))])

@@ -17,7 +17,7 @@ from mmengine.registry import init_default_scope
 import afno_seg  # noqa: F401  (registers everything)
 from afno_seg.datasets import transforms as seg_transforms
 from afno_seg.datasets.transforms import BadSampleError
-from afno_seg.engine import EmptySplitError, build_runner, load_config
+from afno_seg.engine import UserError, build_runner, load_config
 
 from conftest import TINY_CONFIG, data_roots, make_runner
 
@@ -145,7 +145,7 @@ def test_empty_split_is_a_clear_error(data_copy, tmp_path):
     shutil.rmtree(empty)
     empty.mkdir()
     (empty / 'notes.txt').write_text('images went missing')
-    with pytest.raises(EmptySplitError) as error:
+    with pytest.raises(UserError) as error:
         cfg = load_config(TINY_CONFIG, cfg_options=data_roots(data_copy),
                           work_dir=str(tmp_path / 'w'))
         build_runner(cfg, ['train_dataloader', 'val_dataloader'])
@@ -155,7 +155,7 @@ def test_empty_split_is_a_clear_error(data_copy, tmp_path):
 
 def test_empty_annotation_list_is_a_clear_error(data_copy, tmp_path):
     (data_copy / 'train.txt').write_text('\n\n')
-    with pytest.raises(EmptySplitError, match='train.txt lists no sample'):
+    with pytest.raises(UserError, match='train.txt lists no sample'):
         cfg = load_config(TINY_CONFIG, cfg_options={**data_roots(data_copy),
                                                     'train_dataloader.dataset.ann_file':
                                                     'train.txt'}, work_dir=str(tmp_path / 'w'))

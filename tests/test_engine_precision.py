@@ -1,10 +1,12 @@
 """--precision: the choice (auto: fp32 on any CPU, an asked-for fp16/bf16 there warned as
-emulated), the config it writes, and float16 with a real loss scale on a CPU
+emulated) and its log line, the config it writes, and float16 with a real loss scale on a CPU
 (CPUAutocastOptimWrapper + GradScaler('cpu')): an overflow skips the step and halves the scale,
 finite steps grow it back, a resume restores it. The memory of a step (afno_seg.analysis.memory):
 bytes saved for backward, counted once per storage without the parameters, and the shapes-only
 count held to a real step's.
 """
+import logging
+
 import pytest
 import torch
 from mmengine.config import Config
@@ -14,9 +16,13 @@ import afno_seg  # noqa: F401
 from afno_seg.analysis.memory import SavedTensorBytes, fake_saved_bytes, step_memory
 from afno_seg.engine import UserError
 from afno_seg.engine import precision as precision_module
-from afno_seg.engine.precision import apply_precision, apply_test_precision, choose_precision
+from afno_seg.engine.precision import apply_precision
 
 from conftest import TINY_CONFIG
+
+CONFIGURED = dict(fp16=dict(type='AmpOptimWrapper', loss_scale='dynamic'),
+                  bf16=dict(type='AmpOptimWrapper', dtype='bfloat16'),
+                  fp32=dict(type='OptimWrapper'))
 
 
 @pytest.mark.parametrize('requested, configured, cuda, expected', [
@@ -30,20 +36,25 @@ from conftest import TINY_CONFIG
     ('fp32', 'fp16', True, 'fp32'),
     ('fp32', 'fp16', False, 'fp32'),
 ])
-def test_choose_precision(requested, configured, cuda, expected):
-    chosen, reason = choose_precision(requested, configured, cuda)
-    assert chosen == expected
-    assert '\n' not in reason
-    # a lower precision on a CPU, run or declined, is said to be emulated (logged as a warning)
-    lower = chosen != 'fp32' or (requested == 'auto' and configured != 'fp32')
-    assert ('emulated' in reason) == (not cuda and lower)
-    if requested == 'auto' and chosen != configured:
-        assert f'--precision {configured} forces it' in reason
+def test_the_choice_and_its_one_line(monkeypatch, requested, configured, cuda, expected):
+    logged = []
+    monkeypatch.setattr(precision_module, 'print_log',
+                        lambda message, **kwargs: logged.append((message, kwargs['level'])))
+    cfg = Config(dict(optim_wrapper=dict(CONFIGURED[configured], optimizer=dict(type='SGD'))))
+    assert apply_precision(cfg, requested, cuda=cuda) == expected
+    [(line, level)] = logged
+    assert '\n' not in line and line.startswith(f'[afno_seg] precision {expected} (')
+    # a lower precision on a CPU, run or declined, is said to be emulated, as a warning
+    lower = expected != 'fp32' or (requested == 'auto' and configured != 'fp32')
+    assert ('emulated' in line) == (not cuda and lower)
+    assert (level == logging.WARNING) == (expected != configured or 'emulated' in line)
+    if requested == 'auto' and expected != configured:
+        assert f'--precision {configured} forces it' in line
 
 
 def test_an_unknown_precision_names_the_choices():
     with pytest.raises(UserError, match='--precision fp8: choose one of auto, fp16, bf16, fp32'):
-        choose_precision('fp8', 'fp16', False)
+        apply_precision(Config(dict(optim_wrapper=CONFIGURED['fp16'])), 'fp8', cuda=False)
 
 
 def amp_config():
@@ -62,34 +73,6 @@ def test_apply_precision_writes_the_wrapper(requested, cuda, wrapper):
     cfg = amp_config()
     apply_precision(cfg, requested, cuda=cuda)
     assert cfg.optim_wrapper.to_dict() == {**wrapper, 'optimizer': dict(type='AdamW', lr=1e-3)}
-
-
-@pytest.mark.parametrize('requested, test_cfg, expected', [
-    ('bf16', dict(type='TestLoop'), dict(type='TestLoop', fp16=True)),
-    ('auto', dict(type='TestLoop'), dict(type='TestLoop')),  # the config's fp32
-    ('auto', dict(type='TestLoop', fp16=True), dict(type='TestLoop', fp16=False)),
-    ('fp16', dict(type='TestLoop'), None),  # mmengine's TestLoop: bfloat16 on a CPU
-])
-def test_apply_test_precision(requested, test_cfg, expected):
-    """tools/test.py --precision: mmengine's TestLoop(fp16=True), what it autocasts to on this
-    device or a UserError naming it."""
-    cfg = Config(dict(test_cfg=test_cfg))
-    if expected is None:
-        with pytest.raises(UserError, match='autocasts to bf16 on a CPU; choose that or fp32'):
-            apply_test_precision(cfg, requested, cuda=False)
-        return
-    apply_test_precision(cfg, requested, cuda=False)
-    assert cfg.test_cfg.to_dict() == expected
-
-
-def test_mmengine_test_loop_autocasts_a_cpu_to_bfloat16():
-    """What apply_test_precision relies on (TEST_LOOP_PRECISION): TestLoop(fp16=True) enters
-    mmengine's autocast(enabled=True), which on a CPU is bfloat16."""
-    from mmengine.runner import autocast
-    with autocast(enabled=True):
-        out = torch.ones(2, 2) @ torch.ones(2, 2)
-    assert out.dtype == torch.bfloat16
-    assert precision_module.TEST_LOOP_PRECISION[False] == 'bf16'
 
 
 def tiny_model_and_batch():
@@ -155,14 +138,19 @@ def test_resume_restores_the_loss_scale_exactly(tmp_path):
     assert resumed.loss_scaler.get_scale() == 2 * wrapper.loss_scaler.get_scale()
 
 
-def test_bf16_wrapper_has_no_scale_to_save():
+def test_bf16_wrapper_has_no_scale_and_resumes():
     model = torch.nn.Linear(4, 2)
-    wrapper = build_optim_wrapper(model, dict(type='CPUAutocastOptimWrapper', dtype='bfloat16',
-                                              optimizer=dict(type='SGD', lr=0.1)))
+    config = dict(type='CPUAutocastOptimWrapper', dtype='bfloat16',
+                  optimizer=dict(type='SGD', lr=0.1, momentum=0.9))
+    wrapper = build_optim_wrapper(model, config)
     with wrapper.optim_context(model):
         out = model(torch.randn(3, 4))
-    assert out.dtype == torch.bfloat16
-    assert not wrapper.loss_scaler.is_enabled() and 'loss_scaler' not in wrapper.state_dict()
+    assert out.dtype == torch.bfloat16 and not wrapper.loss_scaler.is_enabled()
+    wrapper.update_params(out.float().sum())
+    resumed = build_optim_wrapper(model, config)
+    resumed.load_state_dict(wrapper.state_dict())  # its empty scaler state included
+    assert resumed.state_dict()['state'][0]['momentum_buffer'].equal(
+        wrapper.state_dict()['state'][0]['momentum_buffer'])
 
 
 def test_saved_bytes_count_each_storage_once_without_parameters():

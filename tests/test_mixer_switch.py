@@ -178,14 +178,14 @@ def test_pretrained_weights_present(tmp_path, logged):
 def test_pretrained_weights_absent(tmp_path, logged):
     """--mixer names the file where it should be; the training preflight refuses it missing, in
     one line saying where to get it, unless --from-scratch, which drops it (one line)."""
-    from afno_seg.engine.preflight import PretrainedMissingError, check_pretrained
+    from afno_seg.engine.preflight import check_pretrained
     cfg = Config.fromfile(resolve_config_path(ADE_B0))
     assert '://' in cfg.model.backbone.init_cfg.checkpoint  # mmseg's URL, never fetched
     switch_mixer(cfg, 'gfn', pretrained_dir=str(tmp_path))
     expected = str(tmp_path / 'mit_b0.pth')
     assert cfg.model.backbone.init_cfg == dict(type='Pretrained', checkpoint=expected)
     assert logged == []  # the preflight speaks
-    with pytest.raises(PretrainedMissingError) as error:
+    with pytest.raises(UserError) as error:
         check_pretrained(cfg)
     message = str(error.value)
     assert f"model.backbone.init_cfg.checkpoint='{expected}'" in message

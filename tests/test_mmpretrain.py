@@ -28,7 +28,7 @@ from mmpretrain.models.utils import resize_pos_embed
 import afno_seg  # noqa: F401
 from afno_seg.backbones.mit_checkpoint import load_pretrained_mit
 from afno_seg.backbones.mixer_vit import MixerViT
-from afno_seg.engine import DataRootError, check_data_roots, check_model_types
+from afno_seg.engine import UserError, check_data_roots, check_model_types
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
 
 from conftest import ROOT, TINY_CONFIG, check, load_script, metrics_of, run_tool
@@ -240,7 +240,7 @@ def test_vit_config_builds_and_classifies(path):
 def test_missing_imagenet_is_reported():
     cfg = Config.fromfile(str(CONFIG_DIR / 'vit-s16_afno_8xb128-300e_in1k.py'))
     cfg.train_dataloader.dataset.data_root = '/nonexistent/imagenet'
-    with pytest.raises(DataRootError, match='train_dataloader.dataset.data_root'):
+    with pytest.raises(UserError, match='train_dataloader.dataset.data_root'):
         check_data_roots(cfg, ['train_dataloader'])
 
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from afno_seg.datasets.transforms import BadSampleError
+from afno_seg.engine import UserError
 from afno_seg.engine import run_tool as run_in_process
-from afno_seg.engine.preflight import UnknownTypeError
 
 from conftest import (
     TINY_CONFIG,
@@ -143,7 +143,7 @@ def test_missing_data_root_fails_at_once(tmp_path):
 
 
 def test_unknown_mixer_is_named(train_tool, tiny_demo_data, tmp_path):
-    with pytest.raises(UnknownTypeError) as error:
+    with pytest.raises(UserError) as error:
         train_tool.main([TINY_CONFIG, '--work-dir', str(tmp_path), *data_options(tiny_demo_data),
                          'model.backbone.mixers.type=AFNO'])
     assert "model.backbone.mixers.type='AFNO'" in str(error.value)

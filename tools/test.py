@@ -1,7 +1,7 @@
 """Evaluate a checkpoint on a config's test set, with mmseg's tools/test.py flags.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR] [--show] [--show-dir DIR]
-                         [--tta] [--format-only DIR] [--report DIR] [--mixer SPEC] [--precision P]
+                         [--tta] [--format-only DIR] [--report DIR] [--mixer SPEC]
                          [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
 
@@ -11,8 +11,8 @@ format (labelIds PNGs, CityscapesMetric ``format_only``) instead of computing me
 ``--report DIR`` also writes DIR/report.html: per-class IoU/Acc bars and table, the normalised
 confusion matrix, the worst images by mIoU (image, ground truth, prediction, errors).
 ``--mixer SPEC`` as in tools/train.py (a config a ``--mixer`` training wrote into its work_dir
-needs no switch). ``--precision fp16|bf16`` evaluates under that autocast (on a CPU too),
-``auto`` as the config's ``test_cfg.fp16`` says on CUDA, fp32 on a CPU (as tools/train.py).
+needs no switch). ``--cfg-options test_cfg.fp16=True`` evaluates under autocast (mmengine's
+``TestLoop`` switch).
 """
 import argparse
 import os
@@ -23,7 +23,7 @@ from mmengine.config import DictAction
 import afno_seg  # noqa: F401  (registers modules, checkpoint loader, optim/DDP wrappers)
 from afno_seg.deployment import report  # noqa: F401  (registers SegReportMetric)
 from afno_seg.deployment.startup import quiet_known_warnings
-from afno_seg.engine import PRECISIONS, UserError, run_test, run_tool
+from afno_seg.engine import UserError, run_test, run_tool
 from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP
 
 
@@ -54,9 +54,6 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--tta', action='store_true', help='test time augmentation')
-    parser.add_argument('--precision', choices=PRECISIONS, default='auto',
-                        help='inference autocast: fp16, bf16, fp32, or auto (the config\'s '
-                        'test_cfg.fp16 on CUDA; fp32 on a CPU)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     args = parser.parse_args(argv)
@@ -107,8 +104,7 @@ def main(argv=None) -> None:
                                                     title=f'{args.config} {args.checkpoint}')]
 
     run_test(args.config, args.checkpoint, args.work_dir, args.cfg_options, launcher=args.launcher,
-             precision=args.precision, mixer=args.mixer, trust=args.trust_checkpoint,
-             edit=apply_flags)
+             mixer=args.mixer, trust=args.trust_checkpoint, edit=apply_flags)
 
 
 if __name__ == '__main__':

@@ -8,11 +8,5 @@ from .checkpoint import CheckpointError
 from .errors import UserError
 from .numerics import NonFiniteLossError, NonFiniteLossHook
 from .precision import PRECISIONS, CPUAutocastOptimWrapper
-from .preflight import (
-    DataRootError,
-    EmptySplitError,
-    WorkDirError,
-    check_data_roots,
-    check_model_types,
-)
+from .preflight import check_data_roots, check_model_types
 from .runner import build_runner, load_config, run_test, run_tool, run_train, write_switched_config

@@ -1,8 +1,6 @@
-"""A CPU training step re-uses the memory of its large activations instead of page-faulting it
-in anew each step: glibc unmaps freed blocks above its mmap threshold and torch's CPU allocator
-keeps no cache. Measured 7-12% per CPU step (BENCHMARKS.md, "What made AFNO fast", item 7)."""
+"""A CPU training step re-uses its large activations' memory instead of page-faulting it in anew
+each step (glibc unmaps freed large blocks, torch's CPU allocator caches none; BENCHMARKS.md)."""
 import ctypes
-import ctypes.util
 import os
 import platform
 
@@ -16,14 +14,10 @@ def cache_freed_cpu_memory() -> bool:
     """Keep freed large blocks in this process's heap (the resident size stays at the peak, as
     with CUDA's caching allocator; forked workers inherit it). True when in effect; False with
     ``AFNO_SEG_CPU_MEMORY_CACHE=0`` or without glibc (musl's ``mallopt`` does nothing)."""
-    if os.environ.get('AFNO_SEG_CPU_MEMORY_CACHE', '1').lower() in ('0', 'false', 'no', 'off'):
+    if os.environ.get('AFNO_SEG_CPU_MEMORY_CACHE', '1').lower() in ('0', 'false', 'no', 'off') \
+            or platform.libc_ver()[0] != 'glibc':
         return False
-    if platform.libc_ver()[0] != 'glibc':
-        return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6').mallopt
-    except (OSError, AttributeError):
-        return False
+    mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: glibc's
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # Trim first: with the mmap threshold alone raised, freed memory at the top of the heap
     # would still go back to the kernel once it exceeds the default 128 KiB.

@@ -7,12 +7,11 @@ class UserError(Exception):
     """Bad input (config, data, checkpoint) whose message says what is wrong and what to do."""
 
 
-def check_device(device: str) -> str:
+def check_device(device: str) -> None:
     """``--device``, refused in one line (not torch's driver error) where it names absent CUDA."""
     import torch
     if str(device).startswith('cuda') and not torch.cuda.is_available():
         raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
-    return device
 
 
 def error_chain(error: BaseException | None):

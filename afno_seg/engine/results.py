@@ -29,8 +29,7 @@ def train_results(runner: Runner) -> list[tuple[str, str]]:
     if metrics := _metrics({key[len('val/'):]: value.current()
                             for key, value in hub.log_scalars.items() if key.startswith('val/')}):
         rows.append(('validation', f'{metrics} (iteration {runner.iter})'))
-    config = osp.join(runner.work_dir, osp.basename(runner.cfg.filename or ''))
-    if runner.cfg.filename and osp.isfile(config):
+    if osp.isfile(config := osp.join(runner.work_dir, osp.basename(runner.cfg.filename or ''))):
         rows.append(('config', config))
     return rows + [('log', osp.join(runner.log_dir, f'{runner.timestamp}.log'))]
 
@@ -58,8 +57,7 @@ def test_results(runner: Runner, metrics: dict | None) -> list[tuple[str, str]]:
 def print_results(rows: list[tuple[str, str]]) -> None:
     """The rows as the run's last lines, on stdout of the main process; paths inside the
     working directory as relative ones (mmengine makes the work_dir absolute)."""
-    if not is_main_process():
-        return
-    cwd, width = os.getcwd() + os.sep, max(len(what) for what, _ in rows)
-    print('results:\n' + '\n'.join(f'  {what:<{width}}  {where.replace(cwd, "")}'
-                                    for what, where in rows), flush=True)
+    if is_main_process():
+        cwd, width = os.getcwd() + os.sep, max(len(what) for what, _ in rows)
+        print('results:\n' + '\n'.join(f'  {what:<{width}}  {where.replace(cwd, "")}'
+                                        for what, where in rows), flush=True)

@@ -1,10 +1,8 @@
-"""tools/train.py and tools/test.py as functions: a long run's failures (bad input, a stop signal,
-a dead loader worker or rank) end in one line and an exit status, not mmengine's traceback, and
-GPU configs run on a CPU."""
+"""tools/train.py and tools/test.py as functions: bad input, a stop signal, a dead loader worker or
+rank end in one line and an exit status, not mmengine's traceback; GPU configs run on a CPU."""
 import gc
 import logging
 import os
-import os.path as osp
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -21,10 +19,10 @@ from mmengine.runner import Runner
 
 from ..decode_heads import use_low_res_fusion
 from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
+from . import cpu_memory, preflight, results
 from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
 from .checkpoint_hook import TrainingInterrupted, restart_count, stop_signals_released
-from .cpu_memory import cache_freed_cpu_memory
 from .dataloader_faults import (
     DEFAULT_TIMEOUT_S,
     TrackedDataset,
@@ -33,27 +31,24 @@ from .dataloader_faults import (
 )
 from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
-from .precision import EAGER_STEP, apply_precision, apply_test_precision
-from .preflight import check_data_roots, check_model_types, check_pretrained, check_work_dir
-from .results import print_results, test_results, train_results
+from .precision import apply_precision
 
 __all__ = ['AfnoSegRunner', 'adapt_config_to_device', 'build_runner', 'check_config_path',
            'load_config', 'run_test', 'run_tool', 'run_train', 'write_switched_config']
 
 CONFIG_SUFFIXES = ('.py', '.yml', '.yaml', '.json')  # what Config.fromfile reads
 CHECKPOINT_SUFFIXES = ('.pth', '.pt', '.ckpt', '.safetensors', '.bin')
-# True inside run_tool (a failure then ends the process).
-_IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)
+_IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)  # inside run_tool
 
 
 def check_config_path(config: str, checkpoint: str | None = None) -> str:
     """The file of ``config`` (``mmseg::`` resolved); a missing one, a checkpoint in its place
     or config and ``checkpoint`` swapped is one line (mmengine's is a traceback)."""
     path = resolve_config_path(config)
-    if Path(path).suffix in CONFIG_SUFFIXES:
-        if not osp.isfile(path):
-            raise UserError(f'config file not found: {config}')
+    if Path(path).suffix in CONFIG_SUFFIXES and Path(path).is_file():
         return path
+    if Path(path).suffix in CONFIG_SUFFIXES:
+        raise UserError(f'config file not found: {config}')
     if checkpoint is not None and Path(checkpoint).suffix in CONFIG_SUFFIXES:
         raise UserError(f'{config} looks like a checkpoint and {checkpoint} like a config: '
                         'swap them (the config comes first, then the checkpoint)')
@@ -67,42 +62,30 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
                 pretrained: bool = True, checkpoint: str | None = None) -> Config:
     """``Config.fromfile`` (:func:`check_config_path` first) with mmseg's tool conventions
     (``--cfg-options``, default work_dir), then ``--mixer`` (``pretrained`` False: no MiT file)."""
-    path = check_config_path(config, checkpoint)
-    cfg = Config.fromfile(path)
+    cfg = Config.fromfile(check_config_path(config, checkpoint))
     cfg.launcher = launcher
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    if work_dir is not None:
-        cfg.work_dir = work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    cfg.merge_from_dict(cfg_options or {})
+    cfg.work_dir = work_dir or cfg.get('work_dir', None) or f'./work_dirs/{Path(cfg.filename).stem}'
     return switch_mixer(cfg, mixer, pretrained, default_work_dir=work_dir is None)
 
 
 def write_switched_config(config: str, spec: str | None, out_dir: str,
                           cfg_options: dict | None = None) -> str:
     """The path of ``config`` itself without a mixer ``spec``, else of the derived config,
-    written as ``out_dir/<stem>_<spec>.py`` (``cfg_options`` merged)."""
+    written as ``out_dir/<stem>_<spec>.py`` (``out_dir`` exists; ``cfg_options`` merged)."""
     if spec is None:
         return resolve_config_path(config)
     cfg = load_config(config, cfg_options=cfg_options, mixer=spec, pretrained=False)
     path = Path(out_dir) / f'{Path(cfg.filename).stem}_{spec_slug(spec)}.py'
-    path.parent.mkdir(parents=True, exist_ok=True)
     cfg.dump(str(path))
     return str(path)
 
 
-def adapt_config_to_device(cfg: Config, distributed: bool = False,
-                           cuda_available: bool | None = None,
-                           precision: str | None = 'auto') -> Config:
-    """Rewrite a GPU config in place for this device, logging what changed: the precision
-    (:func:`.apply_precision`; None: left as it is) and, distributed without CUDA, gloo and
-    mmengine's DDP with ``device_ids=None`` (the Runner's ``[LOCAL_RANK]`` fails on a CPU)."""
-    cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
-    if precision is not None:
-        apply_precision(cfg, precision, cuda_available)
-    if cuda_available or not distributed:
-        return cfg
+def adapt_config_to_device(cfg: Config, distributed: bool, cuda: bool) -> None:
+    """Distributed without CUDA: gloo and mmengine's DDP with ``device_ids=None`` (the Runner's
+    ``[LOCAL_RANK]`` fails on a CPU) in ``cfg``, logged."""
+    if cuda or not distributed:
+        return
     cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
     wrapper = cfg.get('model_wrapper_cfg') or dict(  # mmengine's default wrapping, less the GPU
         type='MMDistributedDataParallel', broadcast_buffers=False,
@@ -111,7 +94,6 @@ def adapt_config_to_device(cfg: Config, distributed: bool = False,
         cfg.model_wrapper_cfg = {**wrapper, 'device_ids': None}
     print_log('[afno_seg] no CUDA device: distributed backend gloo, DDP on CPU modules.',
               logger='current', level=logging.WARNING)
-    return cfg
 
 
 @RUNNERS.register_module()
@@ -119,12 +101,11 @@ class AfnoSegRunner(Runner):
     """mmengine's ``Runner`` as the tools run it: ``train()`` releases the stop signals however
     it ends; without CUDA SyncBN runs as BatchNorm; loaders with workers get a ``timeout``, a
     :class:`~.dataloader_faults.TrackedDataset` and :func:`~.dataloader_faults.worker_init`;
-    under ``compile=True`` the optimizer step stays eager (:data:`~.precision.EAGER_STEP`)."""
+    under ``compile=True`` the optimizer step stays eager (:mod:`.precision`)."""
 
     def train(self, *args, **kwargs):
-        # No hook can: mmengine calls none on an exception. Inside run_tool a failure ignores
-        # the signals instead: torchrun's SIGTERM to the survivors of a dead rank must not cut
-        # the one-line message short.
+        # No hook can: mmengine calls none on an exception. Inside run_tool a failure ignores them
+        # instead: torchrun's SIGTERM to a dead rank's survivors must not cut their message short.
         with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
             return super().train(*args, **kwargs)
 
@@ -144,7 +125,8 @@ class AfnoSegRunner(Runner):
     def build_optim_wrapper(self, optim_wrapper):
         if self.cfg.get('compile') and isinstance(optim_wrapper, dict):
             kind = optim_wrapper.get('type', 'OptimWrapper')
-            optim_wrapper = {**optim_wrapper, 'type': EAGER_STEP.get(kind, kind)}
+            eager = kind in ('OptimWrapper', 'AmpOptimWrapper')  # precision.py's EagerStep*
+            optim_wrapper = {**optim_wrapper, 'type': f'EagerStep{kind}' if eager else kind}
         return super().build_optim_wrapper(optim_wrapper)
 
     def build_dataloader(self, dataloader, seed=None, diff_rank_seed=False):
@@ -159,27 +141,22 @@ class AfnoSegRunner(Runner):
 
 
 def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
-    """Check the data of ``loaders``, the work_dir and the model types; adapt to the device and
-    ``precision``; on a CPU keep freed memory (:mod:`.cpu_memory`) and join a gloo group under
-    ``--launcher pytorch|slurm``; build the config's ``runner_type`` (an :class:`AfnoSegRunner`)."""
-    check_data_roots(cfg, loaders)
-    check_work_dir(cfg.work_dir)
-    check_model_types(cfg)
-    adapt_config_to_device(cfg, distributed=cfg.launcher != 'none',  # a test builds no optimizer
-                           precision=precision if 'train_dataloader' in loaders else None)
-    if not torch.cuda.is_available():
-        cache_freed_cpu_memory()
-        if cfg.launcher in ('pytorch', 'slurm'):
-            dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
-            init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
-        elif cfg.launcher == 'mpi':  # mmengine's MPI start calls torch.cuda.set_device
-            raise UserError('--launcher mpi needs CUDA; on CPUs use --launcher pytorch '
-                            '(tools/dist_train.sh) or slurm (tools/slurm_train.sh)')
-    runner_class = RUNNERS.get(cfg.get('runner_type', 'AfnoSegRunner'))
-    if not (isinstance(runner_class, type) and issubclass(runner_class, AfnoSegRunner)):
-        raise UserError(f'runner_type={cfg.runner_type!r}: the tools need a registered subclass '
-                        'of afno_seg.engine.runner.AfnoSegRunner')
-    runner = runner_class.from_cfg(cfg)
+    """Check the data of ``loaders``, the work_dir and the model types; train in ``precision``
+    (:func:`.apply_precision`); without CUDA adapt the config, keep freed memory (cpu_memory)
+    and join a gloo group under ``--launcher pytorch|slurm``; build an :class:`AfnoSegRunner`."""
+    preflight.check_data_roots(cfg, loaders)
+    preflight.check_work_dir(cfg.work_dir)
+    preflight.check_model_types(cfg)
+    cuda = torch.cuda.is_available()
+    if 'train_dataloader' in loaders:  # a test builds no optimizer
+        apply_precision(cfg, precision, cuda)
+    adapt_config_to_device(cfg, cfg.launcher != 'none', cuda)
+    if not cuda:
+        cpu_memory.cache_freed_cpu_memory()
+    if not cuda and cfg.launcher in ('pytorch', 'slurm'):
+        dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
+        init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
+    runner = AfnoSegRunner.from_cfg(cfg)
     record_peers()
     return runner
 
@@ -199,19 +176,18 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
                   f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
                   level=logging.WARNING)
     cfg.resume = resume or restarted is not None
-    check_pretrained(cfg, from_scratch)
+    preflight.check_pretrained(cfg, from_scratch)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
     runner = build_runner(cfg, loaders, precision)
     runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
     with trusted_checkpoints(trust):
         runner.train()
-    print_results(train_results(runner))
+    results.print_results(results.train_results(runner))
 
 
 def run_test(config: str, checkpoint: str, work_dir: str | None = None,
-             cfg_options: dict | None = None, *, launcher: str = 'none',
-             precision: str = 'auto', mixer: str | None = None, trust: bool = False,
-             edit: Callable[[Config], None] | None = None) -> None:
+             cfg_options: dict | None = None, *, launcher: str = 'none', mixer: str | None = None,
+             trust: bool = False, edit: Callable[[Config], None] | None = None) -> None:
     """``tools/test.py``, its flags as arguments (``edit(cfg)``: ``--tta``, ``--show``, ...); a
     checkpoint that does not fit the model is refused, not evaluated with random weights."""
     cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer, pretrained=False,
@@ -220,24 +196,21 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
     use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
     if edit is not None:
         edit(cfg)
-    apply_test_precision(cfg, precision)
     runner = build_runner(cfg, ['test_dataloader'])
     runner.register_hook(CheckpointFitHook(strict=True,
                                            new_prefixes=cfg.get('checkpoint_new_keys', ())))
     with trusted_checkpoints(trust):
         metrics = runner.test()
-    print_results(test_results(runner, metrics))
+    results.print_results(results.test_results(runner, metrics))
 
 
 def run_tool(main: Callable[[], None]) -> int:
     """A tool's main as its exit status (main's own int, else 0): 1 with the message alone on
     stderr for a :class:`UserError`, a dead or stuck loader worker, a dead rank; 75 for a stop
     signal (:class:`~.checkpoint_hook.TrainingInterrupted`)."""
-    code, peers_lost = 0, False
-    token = _IN_TOOL.set(True)
+    code, peers_lost, token = 0, False, _IN_TOOL.set(True)
     try:
-        result = main()
-        code = result if isinstance(result, int) else 0
+        code = result if isinstance(result := main(), int) else 0
     except TrainingInterrupted as stop:
         code = stop.exit_code
     except Exception as error:
@@ -258,9 +231,9 @@ def run_tool(main: Callable[[], None]) -> int:
                 torch.distributed.barrier()
             gc.collect()  # the cycles that hold DDP's reducer
             torch.distributed.destroy_process_group()
-    # A lost peer: destroying the group could wait for it. torchrun's children and Slurm's
-    # tasks: gloo threads still held by DDP objects could abort a finished rank at interpreter
-    # exit (SIGABRT), and a fast exit narrows srun's kill-on-bad-exit window after a 75.
+    # A lost peer: destroying the group could wait for it. torchrun's and Slurm's ranks: gloo
+    # threads held by DDP objects could abort (SIGABRT) at interpreter exit, and a fast exit
+    # narrows srun's kill-on-bad-exit window after a 75.
     if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ or 'SLURM_STEP_ID' in os.environ:
         sys.stdout.flush()
         sys.stderr.flush()
