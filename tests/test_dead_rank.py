@@ -119,13 +119,12 @@ def test_hung_rank_ends_the_run_after_the_collective_timeout(tiny_demo_data, tmp
     output = log_path.read_text()
     assert process.returncode != 0 and stopped_at is not None, output[-4000:]
     # rank 0: torch's error from the timed-out collective, the first failure torchrun reports
-    summary = output.split('Failures:')[-1]
-    assert re.search(r'Root Cause.*\n.*\n\s+rank\s+: 0 \(local_rank: 0\)\n\s+exitcode\s+: 1 ',
-                     summary), summary
-    assert 'iteration 5' not in output  # not named a dead rank: it is alive, stopped
-    # the collective timeout, rank 0's barrier with the stopped rank on its way out, torchrun's
-    # shutdown wait, plus start and exit on a loaded machine
-    assert ended_at - stopped_at < 10 + 10 + 5 + 60
+    assert '[rank0]: RuntimeError' in output and 'iteration 5' not in output  # no dead rank
+    root_cause = output.split('Root Cause')[-1]
+    assert re.search(r'rank\s+: 0 \(local_rank: 0\)\n\s+exitcode\s+: 1 ', root_cause), root_cause
+    # the collective timeout, rank 0's barrier with the stopped rank on its way out (measured:
+    # 20 s in all), torchrun's wait before it SIGKILLs the stopped rank (30 s), start and exit
+    assert ended_at - stopped_at < 10 + 10 + 30 + 60
 
 
 GLOO_PEER_LOST = '''
