@@ -1,6 +1,6 @@
 """Data-loader workers: one killed (as by the OOM killer) or stuck is an error naming the worker and
 its sample within a bounded time; stop signals sent to the workers too leave the shutdown to the
-main process.
+main process; workers whose main process was SIGKILLed exit.
 
 In-process runs on the tiny config with two workers; a test transform misbehaves in a worker
 (never in the main process) when it reaches a chosen image.
@@ -9,7 +9,10 @@ import gc
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
+from contextlib import suppress
 
 import pytest
 import torch
@@ -21,9 +24,10 @@ from afno_seg.engine.dataloader_faults import (
     TrackedDataset,
     explain_worker_failure,
 )
+from afno_seg.engine.distributed import process_running
 from afno_seg.engine.errors import error_chain as _chain
 
-from conftest import make_runner
+from conftest import ROOT, make_runner
 
 
 @TRANSFORMS.register_module(force=True)
@@ -132,3 +136,58 @@ def test_loaders_get_a_default_timeout_unless_the_config_sets_one(tiny_demo_data
 
 def test_unrelated_errors_are_not_explained():
     assert explain_worker_failure(RuntimeError('CUDA out of memory')) is None
+
+
+ORPHANS = '''
+import os, signal, sys, time
+import numpy as np
+from torch.utils.data import DataLoader
+from afno_seg.engine.dataloader_faults import leave_stop_signals_to_parent
+
+mode, folder = sys.argv[1:]
+
+class Images:  # 1 MB each: a worker ahead of the main process fills the pipe of its queue
+    def __len__(self):
+        return 100
+    def __getitem__(self, index):
+        if mode == 'stuck':
+            time.sleep(60)  # a read from a dead network mount
+        return np.zeros((1000, 1000), np.uint8)
+
+def init(worker_id):
+    open(os.path.join(folder, str(os.getpid())), 'w').close()
+    leave_stop_signals_to_parent(worker_id)
+
+batches = iter(DataLoader(Images(), batch_size=None, num_workers=2, worker_init_fn=init))
+if mode == 'queue_full':
+    next(batches)
+while len(os.listdir(folder)) < 2:
+    time.sleep(0.1)
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+@pytest.mark.parametrize('mode', ['queue_full', 'stuck'])
+def test_workers_exit_when_their_main_process_is_killed(tmp_path, mode):
+    """PyTorch's workers watch their parent only between samples, and at exit wait for their
+    queue to flush into a pipe that no one reads any more: orphans that stayed for good
+    (tools/inference.py's after a SIGKILL, ~500 MB each)."""
+    script, folder = tmp_path / 'orphans.py', tmp_path / 'pids'
+    script.write_text(ORPHANS)
+    folder.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1')
+    with open(tmp_path / 'log', 'w') as log:  # not a pipe: the orphans would hold it open
+        main = subprocess.run([sys.executable, str(script), mode, str(folder)], env=env,
+                              stdout=log, stderr=subprocess.STDOUT, timeout=180)
+    assert main.returncode == -signal.SIGKILL, (tmp_path / 'log').read_text()[-3000:]
+    workers = [int(p.name) for p in folder.iterdir()]
+    try:
+        deadline = time.monotonic() + 4  # a worker checks its parent every second
+        while any(map(process_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers) == 2 and not any(map(process_running, workers))
+    finally:
+        for pid in workers:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

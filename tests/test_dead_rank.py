@@ -1,6 +1,6 @@
 """A dead rank in a 2-process gloo run through tools/dist_train.sh: with a torchrun restart the run
 ends bitwise equal to one never interrupted; without, every process exits naming the dead rank;
-a hung rank is named after the collective timeout. The uninterrupted reference run is also the
+a hung rank ends the run after the collective timeout. The uninterrupted reference run is also the
 suite's test of 2-process training through tools/dist_train.sh.
 
 The rank kills itself before a chosen iteration (tests/test_preemption.py's fault seam).
@@ -91,12 +91,12 @@ def test_sigkilled_rank_without_restarts_every_process_names_it_and_exits(tiny_d
 
 
 @pytest.mark.slow
-def test_hung_rank_is_named_after_the_collective_timeout(tiny_demo_data, tmp_path):
+def test_hung_rank_ends_the_run_after_the_collective_timeout(tiny_demo_data, tmp_path):
     """Rank 1 stops (SIGSTOP) before iteration 5: rank 0's next collective (in DDP's backward)
-    fails after env_cfg.dist_cfg.timeout (10 s) and it names rank 1 as stopped, instead of
-    waiting forever."""
+    fails after env_cfg.dist_cfg.timeout (10 s) with gloo's timeout error, not waiting forever;
+    torchrun then ends the stopped rank and the run fails."""
     config = write_fault_config(tmp_path)
-    env = seam_env(tmp_path, PYTHON=sys.executable, PORT=str(free_port()),
+    env = seam_env(tmp_path, PYTHON=sys.executable, PORT=str(free_port()), SHUTDOWN_TIMEOUT='5',
                    AFNO_TEST_FAULT='SIGSTOP@5@rank1')
     log_path = tmp_path / 'hung.log'
     with open(log_path, 'w') as log:
@@ -104,24 +104,27 @@ def test_hung_rank_is_named_after_the_collective_timeout(tiny_demo_data, tmp_pat
             ['bash', 'tools/dist_train.sh', config, '2', '--work-dir', str(tmp_path / 'work'),
              *cli_options({**data_roots(tiny_demo_data), 'env_cfg.dist_cfg.timeout': 10})],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    pattern = re.compile(r'error: rank 0: a collective operation with the other ranks failed in '
-                         r'iteration 5 \(RuntimeError in gloo\): rank 1 \(pid \d+\) is stopped '
-                         r'\(SIGSTOP or a debugger\): it hung\. ')
-    stopped_at, found = None, None
+    stopped_at = None
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None and not found:
-            text = log_path.read_text()
-            if stopped_at is None and re.search(r'Iter\(train\) \[\s*4/', text):
+        while time.monotonic() < deadline and process.poll() is None:
+            if stopped_at is None and re.search(r'Iter\(train\) \[\s*4/', log_path.read_text()):
                 stopped_at = time.monotonic()  # rank 1 stops right after iteration 4
-            found = pattern.search(text)
             time.sleep(0.1)
-    finally:  # the stopped rank too: torchrun would SIGKILL it only after its shutdown wait
+        ended_at = time.monotonic()
+    finally:  # the stopped rank too, should torchrun not have ended it
         with suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=120)
-    assert found, log_path.read_text()[-4000:]
-    assert stopped_at is not None and time.monotonic() - stopped_at < 10 + 60
+    output = log_path.read_text()
+    assert process.returncode != 0 and stopped_at is not None, output[-4000:]
+    # rank 0: torch's error from the timed-out collective, the first failure torchrun reports
+    assert '[rank0]: RuntimeError' in output and 'iteration 5' not in output  # no dead rank
+    root_cause = output.split('Root Cause')[-1]
+    assert re.search(r'rank\s+: 0 \(local_rank: 0\)\n\s+exitcode\s+: 1 ', root_cause), root_cause
+    # the collective timeout, rank 0's barrier with the stopped rank on its way out (measured:
+    # 20 s in all), torchrun's wait before it SIGKILLs the stopped rank (30 s), start and exit
+    assert ended_at - stopped_at < 10 + 10 + 30 + 60
 
 
 GLOO_PEER_LOST = '''
@@ -153,7 +156,7 @@ os._exit(0)
 def test_gloo_raises_a_plain_runtime_error_and_the_lost_rank_is_named(tmp_path, mode):
     """Upstream behaviour relied on: gloo (torch 2.14) raises a plain RuntimeError, not a
     DistError, from torch.distributed when a peer died or timed out; explain_collective_failure
-    decides from that type, where it was raised and which peers still run, never its text."""
+    decides from that type and which peers still run, never its text."""
     script, out = tmp_path / 'peer_lost.py', tmp_path / 'rank0.txt'
     script.write_text(GLOO_PEER_LOST)
     env = dict(os.environ, MASTER_PORT=str(free_port()), OMP_NUM_THREADS='1',
@@ -170,10 +173,9 @@ def test_gloo_raises_a_plain_runtime_error_and_the_lost_rank_is_named(tmp_path, 
     assert out.exists(), ranks[0].stdout.read().decode()[-3000:]
     kind, message = out.read_text().split('\n', 1)
     assert kind == 'RuntimeError' and not issubclass(RuntimeError, torch.distributed.DistError)
-    assert message.startswith('rank 0: a collective operation with the other ranks failed in '
-                              'iteration 7 (RuntimeError in gloo): '), message
     if mode == 'SIGKILL':
-        assert f'rank 1 (pid {ranks[1].pid}) is no longer running. ' in message
-    else:
-        assert f'rank 1 (pid {ranks[1].pid}) is stopped (SIGSTOP or a debugger): it hung. ' \
-            in message
+        assert message == ('rank 0: a collective operation with the other ranks failed in '
+                           'iteration 7 (RuntimeError in gloo): rank 1 (pid '
+                           f'{ranks[1].pid}) is no longer running. ') + message.split('. ', 1)[1]
+    else:  # a hung rank is not named: torch's timeout error stays
+        assert message == 'None'

@@ -1,6 +1,6 @@
 """A data-loader worker killed or stuck is one line naming it and its sample (PyTorch names a pid,
-or waits forever), and a stop signal sent to every process of the job reaches the main process.
-docs/reliability.md, "Data-loader workers".
+or waits forever); a stop signal sent to every process of the job reaches the main process alone,
+and a worker whose parent died exits. docs/reliability.md, "Data-loader workers".
 """
 import multiprocessing
 import os
@@ -28,8 +28,7 @@ class TrackedDataset(torch.utils.data.Dataset):
     def __init__(self, dataset, num_workers: int, timeout: float = 0) -> None:
         self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
         self.num_workers, self.timeout = num_workers, timeout
-        # Per worker: pid, index being loaded (-1: none), time.time() it started; shared with the
-        # workers (fork inherits it, spawn pickles it).
+        # Per worker: pid, index being loaded (-1: none), time.time() it started.
         self.slots = multiprocessing.Array('d', [0.0, -1.0, 0.0] * num_workers, lock=False)
         _tracked.add(self)
 
@@ -63,14 +62,13 @@ class TrackedDataset(torch.utils.data.Dataset):
 def worker_init(worker_id: int, num_workers: int = 0, rank: int = 0,
                 seed: int | None = None) -> None:
     """A ``worker_init_fn``: SIGINT and SIGUSR1 ignored, SIGTERM obeyed only from the parent
-    (PyTorch's shutdown of a stuck worker), so a signal to every process of the job reaches the
-    main process alone, which checkpoints and then shuts its workers down; with ``seed``, then
-    mmengine's seeding (its default ``worker_init_fn``)."""
+    (PyTorch's shutdown of a stuck worker), so that the main process checkpoints before its
+    workers go; exit once the parent died; with ``seed``, then mmengine's seeding."""
     for number in (signal.SIGINT, signal.SIGUSR1):
         signal.signal(number, signal.SIG_IGN)
-    # Python's handlers cannot see the sender: a thread waits for SIGTERM with sigwaitinfo.
+    # Python's handlers cannot see the sender: a thread waits for SIGTERM with sigtimedwait.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    threading.Thread(target=_exit_on_sigterm_from_parent, daemon=True).start()
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
     if seed is not None:
         mmengine_worker_init_fn(worker_id, num_workers, rank, seed)
 
@@ -78,19 +76,22 @@ def worker_init(worker_id: int, num_workers: int = 0, rank: int = 0,
 leave_stop_signals_to_parent = worker_init  # for a loader that seeds its workers itself
 
 
-def _exit_on_sigterm_from_parent() -> None:
+def _exit_with_parent() -> None:
+    # PyTorch's own check for a dead parent waits for a stuck sample to end and then, at exit, for
+    # its queue to flush into a pipe no one reads: orphans of a SIGKILLed parent stayed for good.
     parent = os.getppid()
-    while True:
-        info = signal.sigwaitinfo({signal.SIGTERM})
-        if info.si_pid == parent or os.getppid() != parent:
-            os._exit(0)
+    while os.getppid() == parent:
+        info = signal.sigtimedwait({signal.SIGTERM}, 1.0)
+        if info is not None and info.si_pid == parent:
+            break
+    os._exit(0)
 
 
 def explain_worker_failure(error: BaseException) -> str | None:
-    """One line naming worker and sample while a data-loader worker is dead, or stuck in one
-    sample for half its loader's ``timeout`` or more; else None. ``error`` is not read: PyTorch
-    raises a dead worker's error from a SIGCHLD handler, wherever the main thread is, and the
-    code there may wrap it in anything."""
+    """One line naming worker and sample while a loader worker is dead, or stuck in one sample
+    for half its loader's ``timeout`` or more; else None. ``error`` is not read: PyTorch raises a
+    dead worker's error from a SIGCHLD handler, wherever the main thread is, so it may be wrapped
+    in anything."""
     stuck = []
     for dataset in list(_tracked):
         for worker in range(dataset.num_workers):

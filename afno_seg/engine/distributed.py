@@ -1,14 +1,11 @@
-"""Distributed runs on CPUs (gloo) under torchrun or Slurm, and one line naming a rank that died.
-
-mmengine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` (an error without CUDA), and a
-collective whose peer died fails naming an address, not a rank (docs/reliability.md).
+"""Distributed runs on CPUs (gloo) under torchrun or Slurm (mmengine 0.10.7's ``init_dist`` needs
+CUDA), and one line naming a rank that died (torch names an address). docs/reliability.md.
 """
 import datetime
 import os
 import socket
 import subprocess
 import time
-import traceback
 
 import torch.distributed as dist
 from mmengine.dist import all_gather_object, get_rank, get_world_size
@@ -67,30 +64,20 @@ def record_peers() -> None:
         _peers = [tuple(peer) for peer in all_gather_object((socket.gethostname(), os.getpid()))]
 
 
-def _process_state(pid: int) -> str:
-    """The state /proc gives ``pid`` (R, S, T: stopped, Z: zombie, ...); 'X' when it is gone."""
-    try:
-        with open(f'/proc/{pid}/stat') as file:
-            return file.read().rsplit(')', 1)[1].split()[0]
-    except OSError:
-        return 'X'
-
-
 def process_running(pid: int) -> bool:
     """False when ``pid`` is gone or a zombie (dead, not yet reaped by its parent); Linux."""
-    return _process_state(pid) not in ('Z', 'X')
-
-
-def _named(ranks: list, what: str) -> str:
-    return (', '.join(f'rank {r} (pid {pid})' for r, pid in ranks)
-            + f' {"is" if len(ranks) == 1 else "are"} {what}')
+    try:
+        with open(f'/proc/{pid}/stat') as file:
+            return file.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+    except OSError:
+        return False
 
 
 def explain_collective_failure(error: BaseException, iteration: int | None = None) -> str | None:
-    """One line naming the ranks no longer running (or stopped) when ``error`` came from a
-    collective (in ``iteration``, if known), else None. A collective's error: a ``DistError``, or
-    the plain ``RuntimeError`` of gloo (pinned in tests/test_dead_rank.py) raised in
-    torch.distributed or DDP, or while a rank on this host is dead or stopped."""
+    """One line naming the ranks on this host no longer running, when ``error`` is a ``DistError``
+    or gloo's plain ``RuntimeError`` (pinned in tests/test_dead_rank.py) from a collective (in
+    ``iteration``, if known); a ``DistError`` with none dead here blames the other hosts; else
+    None. A hung rank keeps torch's timeout error."""
     cause = next((e for e in error_chain(error)
                   if isinstance(e, dist.DistError) or type(e) is RuntimeError), None)
     if get_world_size() == 1 or not _peers or cause is None:
@@ -100,19 +87,14 @@ def explain_collective_failure(error: BaseException, iteration: int | None = Non
             if peer_host == host and r != rank]
     deadline = time.monotonic() + PEER_EXIT_WAIT_S
     while True:
-        states = [(peer, _process_state(peer[1])) for peer in here]
-        dead = [peer for peer, state in states if state in ('Z', 'X')]
+        dead = [(r, pid) for r, pid in here if not process_running(pid)]
         if dead or not here or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    stopped = [peer for peer, state in states if state in ('T', 't')]  # SIGSTOP, a debugger
-    frames = [frame for frame, _ in traceback.walk_tb(cause.__traceback__)]
-    raised_in = frames[-1].f_globals.get('__name__', '') if frames else ''
-    if not (dead or stopped or isinstance(cause, dist.DistError)
-            or raised_in.startswith(('torch.distributed', 'torch.nn.parallel'))):
+    if not dead and not isinstance(cause, dist.DistError):
         return None
-    verdict = (_named(dead, 'no longer running') if dead else
-               _named(stopped, 'stopped (SIGSTOP or a debugger): it hung') if stopped else
+    verdict = (', '.join(f'rank {r} (pid {pid})' for r, pid in dead)
+               + (' is' if len(dead) == 1 else ' are') + ' no longer running' if dead else
                'every other rank on this host is still running: one of them hung, or a rank on '
                'another host died or hung')
     where = f' in iteration {iteration}' if iteration is not None else ''

@@ -1,7 +1,6 @@
 """A NaN/Inf loss stops training before the optimizer step, naming the iteration and the first
-module whose output went non-finite (mmengine trains on, writing NaN into every weight); under a
-loss scale, skipped steps are counted and end training after ``max_skipped_in_a_row``.
-docs/reliability.md, "NaN and Inf".
+module whose output went non-finite (mmengine trains on, writing NaN into every weight); a loss
+scaler's skips end training after ``max_skipped_in_a_row``. docs/reliability.md, "NaN and Inf".
 """
 from functools import partial
 
@@ -9,7 +8,6 @@ import torch
 from mmengine.dist import all_reduce, get_rank, get_world_size
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
-from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS
 
 from .errors import UserError
@@ -40,8 +38,8 @@ class NonFiniteLossHook(Hook):
     """Stop (or, under a loss scaler, skip) on a non-finite loss; name the module that caused it.
 
     Args:
-        max_skipped_in_a_row (int): Under a loss scaler, how many consecutive steps with a
-            non-finite loss the scaler may skip before training stops. Default: 10.
+        max_skipped_in_a_row (int): Under a loss scaler, how many steps in a row with a
+            non-finite loss may be skipped before training stops. Default: 10.
     """
 
     priority = 'VERY_HIGH'  # after_train_iter: before the CheckpointHook saves
@@ -54,13 +52,11 @@ class NonFiniteLossHook(Hook):
 
     def before_train(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        wrappers = runner.optim_wrapper
-        wrappers = wrappers.values() if isinstance(wrappers, OptimWrapperDict) else [wrappers]
         scaler = getattr(runner.optim_wrapper, 'loss_scaler', None)  # (AmpOptimWrapper's)
         self._runner, self._model, self._scaling = runner, model, scaler and scaler.is_enabled()
         self._handles = [model.register_forward_pre_hook(self._remember, with_kwargs=True),
-                         model.register_forward_hook(self._check, with_kwargs=True)] + [
-            wrapper.optimizer.register_step_pre_hook(self._before_step) for wrapper in wrappers]
+                         model.register_forward_hook(self._check, with_kwargs=True),
+                         runner.optim_wrapper.optimizer.register_step_pre_hook(self._before_step)]
 
     def after_train(self, runner) -> None:
         for handle in self._handles:
@@ -71,10 +67,9 @@ class NonFiniteLossHook(Hook):
             self._last = (args, kwargs, torch_random_state())
 
     def _check(self, model, args, kwargs, output):
-        # not in the re-run of _describe (no gradients)
+        # not in the re-run of _describe (no gradients); a loss: a tensor or a list of them
         if not (model.training and torch.is_grad_enabled() and isinstance(output, dict)):
             return None
-        # each ``loss`` entry (a tensor or a list of them, as mmengine's parse_losses takes)
         terms = {name: sum(t.detach().float().mean() for t in _tensors(value))
                  for name, value in output.items() if 'loss' in name and _tensors(value)}
         if not terms:
@@ -94,10 +89,9 @@ class NonFiniteLossHook(Hook):
         bad, self._bad = self._bad, None  # None after the step: it ran (a scaler found it finite)
         if bad is None or self._scaling:
             return
-        # another rank's non-finite loss: a NaN gradient here
         grad = next((p.grad for group in optimizer.param_groups for p in group['params']
                      if p.grad is not None), None)
-        bad = bad if grad is None else bad | ~torch.isfinite(grad.view(-1)[0])
+        bad = bad if grad is None else bad | ~torch.isfinite(grad.view(-1)[0])  # another rank's
         if bool(bad):  # the one host sync a step needs: the step must not run
             raise NonFiniteLossError(self._describe(stop=True))
 
@@ -108,10 +102,9 @@ class NonFiniteLossHook(Hook):
         if bad is None:  # the step ran
             self.skipped_in_a_row = 0
             return
-        # The scaler skipped this step on every rank (their gradients are the same): agree on
-        # whether a loss was non-finite somewhere; a skip with finite losses is a scale back-off.
-        flag = bad.float()
-        all_reduce(flag, op='max')
+        # The scaler skipped this step on every rank (same gradients): was a loss non-finite
+        # somewhere? (a skip with finite losses is a scale back-off)
+        all_reduce(flag := bad.float(), op='max')
         if not bool(flag):
             return
         if self.skipped_in_a_row >= self.max_skipped_in_a_row:
@@ -123,10 +116,9 @@ class NonFiniteLossHook(Hook):
                  and not _all_finite(list(module.buffers(recurse=False)))]
         for name in reset:  # NaN statistics stay NaN for good: re-estimated from the next batches
             self._model.get_submodule(name).reset_running_stats()
-        runner.logger.warning(
-            f'{message} The loss scaler skipped this optimizer step ({self.skipped_in_a_row} in '
-            'a row)' +
-            (f'; running statistics reset: {", ".join(reset)}.' if reset else '.'))
+        reset_note = f'; running statistics reset: {", ".join(reset)}' if reset else ''
+        runner.logger.warning(f'{message} The loss scaler skipped this optimizer step '
+                              f'({self.skipped_in_a_row} in a row){reset_note}.')
 
     def _describe(self, stop: bool) -> str:
         """Re-run the last pass, its inputs and dropout masks, to name the first module whose
@@ -162,5 +154,5 @@ class NonFiniteLossHook(Hook):
         return message if not stop else (
             f'{message} Training stopped before this iteration\'s optimizer step (the weights '
             f'are as the previous iteration left them); last checkpoint: {last}. Lower the '
-            'learning rate or warm it up longer, clip gradients '
-            '(optim_wrapper.clip_grad=dict(max_norm=1.0)), or fix the data, then --resume.')
+            'learning rate or warm it up longer, clip gradients (optim_wrapper.clip_grad='
+            'dict(max_norm=1.0)), or fix the data, then --resume.')

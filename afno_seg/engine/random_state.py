@@ -1,6 +1,6 @@
 """A resumed run draws the random numbers of one that never stopped (mmengine restores no random
 generator: dropout and drop-path restart from the seed, and validation shifts every later draw).
-Needs a fixed ``randomness.seed``; docs/reliability.md, "Kill and resume".
+Needs a fixed ``randomness.seed`` (not checked); docs/reliability.md, "Kill and resume".
 """
 import random
 
@@ -32,7 +32,7 @@ class RandomStateHook(Hook):
     """Save the random generators in ``checkpoint['rng_state']`` (torch's now; Python's and
     NumPy's at the start of training, where mmengine's fast-forward of the loader replays the data
     draws from) and restore them on a resume: Python/NumPy before that replay, torch before the
-    first resumed iteration. Validation leaves them as it found them."""
+    first resumed forward pass. Validation leaves them as it found them."""
 
     priority = 'VERY_HIGH'  # before_train_iter: set the state before anything else draws
 
@@ -43,25 +43,21 @@ class RandomStateHook(Hook):
         self._loaded = checkpoint.get('rng_state')
 
     def before_train(self, runner) -> None:
-        randomness, loaded, self._loaded = runner.cfg.get('randomness') or {}, self._loaded, None
+        loaded, self._loaded = self._loaded, None
         if loaded is not None and runner.iter > 0:  # resumed (load_from leaves iter at 0)
-            # [] (saved by another number of processes): not restorable, here or later
-            same = len(loaded['data_start']) == get_world_size()
-            self._data_start = loaded['data_start'] if same else []
-            if same:
+            self._data_start = loaded['data_start']
+            if len(self._data_start) == get_world_size():
                 set_random_state(self._data_start[get_rank()])
-            if get_world_size() == 1 or not randomness.get('diff_rank_seed'):  # else per rank
+            else:  # saved by another number of processes: not restorable, here or later
+                self._data_start = []
+            per_rank = (runner.cfg.get('randomness') or {}).get('diff_rank_seed')
+            if get_world_size() == 1 or not per_rank:  # (else not restorable)
                 self._torch = {k: v for k, v in loaded.items() if k in ('torch', 'cuda')}
-            if randomness.get('seed') is None:
-                runner.logger.warning(
-                    'randomness.seed is not set: the data samplers got a new seed, so the sample '
-                    'order differs from the uninterrupted run. Set randomness=dict(seed=...).')
         if self._data_start is None:
             self._data_start = all_gather_object(dict(python=random.getstate(),
                                                       numpy=np.random.get_state()))
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        # After the fast-forward and the fetch of this batch: only the model's generators.
         if self._torch is not None:
             set_random_state(self._torch)
             self._torch = None
