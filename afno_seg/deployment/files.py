@@ -1,20 +1,10 @@
 """What ``tools/inference.py`` reads and writes.
 
-Reads image files, folders (recursive), glob patterns and videos. Every way an input can be wrong
-is a :class:`~afno_seg.engine.errors.UserError` naming it: a path that does not exist, a pattern
-or folder with no image or video in it, an image that cannot be decoded, a video OpenCV cannot
-open.
-
-Writes, per input:
-
-* Label PNG: ``uint8`` train ids (0..num_classes-1), or with ``label_format='cityscapes'`` the
-  Cityscapes ``labelIds`` the test server expects (through cityscapesscripts' ``trainId2label``,
-  as mmseg's ``CityscapesMetric(format_only=True)`` converts).
-* Overlay: ``(1 - opacity) * image + opacity * colour of the class`` with the dataset palette.
-
-Every file appears complete or not at all (a kill leaves at most a hidden temporary file): PNGs
-through :func:`~afno_seg.engine.atomic_io.atomic_write`, a video under a hidden name renamed when
-its last frame is written.
+Reads image files, folders (recursive), glob patterns and videos; every way an input can be wrong
+is a :class:`~afno_seg.engine.errors.UserError` naming it. Writes label PNGs (``uint8`` train ids,
+or the Cityscapes ``labelIds`` the test server expects), overlays (``(1 - opacity) * image +
+opacity * colour of the class``) and overlaid videos, each complete or not at all: PNGs through
+:func:`~afno_seg.engine.atomic_io.atomic_write`, a video renamed when its last frame is written.
 """
 import glob
 import itertools

@@ -134,13 +134,11 @@ class MixerProbe:
     Args:
         model (nn.Module): Any module containing :class:`TokenMixer` s.
         num_bands (int): Radial bands. Default: 16.
-        check_afno (bool): Check that the AFNO re-run reproduces the output. Default: True.
     """
 
-    def __init__(self, model: torch.nn.Module, num_bands: int = 16,
-                 check_afno: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, num_bands: int = 16) -> None:
         self.layers = mixer_layers(model)
-        self.num_bands, self.check_afno = num_bands, check_afno
+        self.num_bands = num_bands
         self.sums = defaultdict(lambda: defaultdict(lambda: 0.0))  # per mixer, calls included
         self.grids, self.handles = {}, []
 
@@ -162,8 +160,7 @@ class MixerProbe:
             sums['energy_in'] += radial_energy(x.detach(), hw_shape, self.num_bands)
             sums['energy_out'] += radial_energy(output.detach(), hw_shape, self.num_bands)
             if isinstance(module, AFNOMixer):
-                stats = afno_shrink_stats(module, x, hw_shape, self.num_bands,
-                                          output if self.check_afno else None)
+                stats = afno_shrink_stats(module, x, hw_shape, self.num_bands, output)
                 for key, value in stats.items():
                     sums[key] += torch.as_tensor(value, dtype=torch.float64)
             sums['calls'] += 1
