@@ -26,7 +26,6 @@ from .predictor import openvino_session
 __all__ = ['RUNTIMES', 'NodeTime', 'OnnxProfile', 'ParityResult',
            'compare_backends', 'profile_onnx', 'timed_ms']
 
-
 FORMS = {'ort-op': 'op', 'ort-matmul': 'matmul', 'openvino': 'matmul'}  # runtime: graph it runs
 RUNTIMES = tuple(FORMS)
 
@@ -56,8 +55,7 @@ def timed_ms(run) -> float:
     return 1e3 * (time.perf_counter() - start)
 
 
-def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
-                     threads: int = 1,
+def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5, threads: int = 1,
                      runtimes: tuple[str, ...] = RUNTIMES,
                      onnx_dir: str | None = None) -> ParityResult:
     """Export ``model`` at the size of ``inputs`` in each DFT form, then compare and time PyTorch

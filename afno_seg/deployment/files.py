@@ -82,9 +82,8 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
             an image or video suffix) and glob patterns (``**`` recursive).
 
     Returns:
-        list[InputFile]: At least one. A name is the file's path below its folder or pattern's
-        fixed part (a file alone: its base name), so it does not depend on the other inputs and
-        stays the same from run to run; two inputs of one name are refused.
+        list[InputFile]: Each named by its path below its folder or the pattern's fixed part (a
+        file alone: its base name), the same from run to run; two inputs of one name are refused.
     """
     found, names = {}, {}  # found: {real path: InputFile}; names: {name: path}
     for spec in specs:

@@ -65,7 +65,8 @@ def resolve_dft(dft: str, dynamic: bool) -> tuple[str, str]:
 
 def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: bool = False,
                 opset: int = OPSET, dft: str = 'auto') -> str:
-    """Export ``model.encode_decode`` at input size ``shape`` to ``out`` (a ``.onnx`` file).
+    """Export ``model.encode_decode`` at input size ``shape`` to the ``.onnx`` file ``out``;
+    returns ``out``.
 
     Args:
         model (nn.Module): mmseg ``EncoderDecoder`` (moved to CPU, eval mode, for the export).
@@ -75,9 +76,6 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
         opset (int): ONNX opset (>= 17). Default: 20.
         dft (str): The spectral transforms as ``'op'`` (ONNX DFT), ``'matmul'`` or ``'auto'``
             (:func:`resolve_dft`). Default: 'auto'.
-
-    Returns:
-        str: ``out``.
     """
     form, _ = resolve_dft(dft, dynamic)
     static = static_shape_mixers(model) if dynamic else []

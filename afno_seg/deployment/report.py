@@ -169,8 +169,7 @@ def report_on_files(out_dir: str, pairs: list[tuple[str, str, str]], classes: li
         matrix += image_matrix
         # the labels of the worst k seen so far, no more
         scored = _worst(scored + [WorstImage(image, image_miou(image_matrix), gt, pred)], worst)
-    return write_report(out_dir, classes, palette, matrix, scored, title, len(pairs),
-                        ignore_index)
+    return write_report(out_dir, classes, palette, matrix, scored, title, len(pairs), ignore_index)
 
 
 @METRICS.register_module()

@@ -389,7 +389,6 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
     summary = dict(**(meta or {}), label_format=label_format, num_inputs=len(entries),
                    num_done=count['ok'], num_failed=count['failed'],
                    num_not_done=count['not done'], num_resumed=sum('resumed' in e for e in entries),
-                   stopped_by=stopped, world_size=shard.world_size,
-                   dead_ranks=dead, inputs=entries)
+                   stopped_by=stopped, world_size=shard.world_size, dead_ranks=dead, inputs=entries)
     atomic_write(json.dumps(summary, indent=2) + '\n', osp.join(out_dir, 'summary.json'))
     return summary

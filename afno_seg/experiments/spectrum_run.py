@@ -1,8 +1,6 @@
 """Spectral analysis of one checkpoint: load the model and images, probe, write JSON + arrays.
 
-:func:`run_spectrum` is ``tools/analysis/spectrum.py`` and the study's spectrum step. Images go
-through the config's test-time resize (or ``size``) and the model's own data preprocessor, so the
-backbone sees what it sees at test time.
+:func:`run_spectrum` is ``tools/analysis/spectrum.py`` and the study's spectrum step.
 """
 import json
 from pathlib import Path
