@@ -1,7 +1,6 @@
-"""From a trained checkpoint to predictions: inference on files and videos (resumable, sharded),
-ONNX export and onnxruntime, in PyTorch or onnxruntime with the config's own pre- and
-post-processing; an HTML evaluation report (:mod:`.report`, imported on use: it registers
-``SegReportMetric``)."""
+"""From a trained checkpoint to predictions: inference on files and videos (resumable, sharded)
+in PyTorch, onnxruntime or OpenVINO with the config's own pre- and post-processing, ONNX export;
+an HTML evaluation report (:mod:`.report`, imported on use: it registers ``SegReportMetric``)."""
 from .files import collect_inputs, read_image
 from .model import load_segmentor, set_inference_mode
 from .onnx_export import (

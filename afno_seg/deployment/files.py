@@ -157,8 +157,7 @@ def write_png(path: str, image: np.ndarray) -> str:
 
 
 class VideoOverlayWriter:
-    """Overlay frames into the video ``path`` at ``fps`` (OpenCV, ``mp4v`` for .mp4, ``MJPG``
-    for .avi)."""
+    """Overlay frames into the video ``path`` at ``fps`` (OpenCV; mp4v for .mp4, MJPG for .avi)."""
 
     def __init__(self, path: str, fps: float) -> None:
         self.path, self.fps, self.writer, self.frames = path, fps, None, 0

@@ -125,8 +125,7 @@ def _drop_intermediate_shapes(path: str) -> None:
 def onnx_session(path: str, threads: int | None = None, device: str = 'cpu',
                  profile_prefix: str | None = None):
     """An onnxruntime ``InferenceSession`` of ``path`` (CUDA provider first for ``cuda``);
-    ``profile_prefix``: onnxruntime's profiler on, its JSON file named from this prefix
-    (:func:`.benchmark.profile_onnx`)."""
+    ``profile_prefix``: onnxruntime's profiler on, its JSON file named from this prefix."""
     import onnxruntime
     if not osp.isfile(path):
         raise UserError(f'ONNX file not found: {path}')

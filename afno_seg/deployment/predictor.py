@@ -61,8 +61,7 @@ class Segmenter:
         return self.predict([self.prepare(image) for image in images])
 
     def prepare(self, image: np.ndarray) -> dict:
-        """The test pipeline's output for one image (``inputs`` tensor, ``data_samples``); cheap
-        to run in a DataLoader worker."""
+        """The test pipeline's output for one image; cheap to run in a DataLoader worker."""
         return self.pipeline(dict(img=image))
 
     def predict(self, prepared: Sequence[dict]) -> list[Prediction]:

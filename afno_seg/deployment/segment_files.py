@@ -67,8 +67,7 @@ class Shard:
 
 
 def settings_key(settings: dict) -> str:
-    """16 hex digits naming what decides a run's outputs (a journal is trusted only by runs of
-    the same key)."""
+    """16 hex digits naming what decides a run's outputs (journals count only for the same key)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -103,10 +102,9 @@ def _journal_entries(journal: str) -> tuple[dict | None, list[dict]]:
 
 
 def completed_inputs(out_dir: str, run_id: str = '', settings: str = '') -> dict[str, dict]:
-    """``{real input path: entry}`` of every journal under ``out_dir`` written with ``settings``
-    (:func:`settings_key`), the latest line of each input winning; ``ok`` entries whose outputs
-    are gone are dropped; ``ok`` entries from another run's journal than ``run_id``'s get
-    ``resumed=True``."""
+    """``{real input path: entry}`` of every journal under ``out_dir`` written with ``settings``,
+    the latest line of each input winning; ``ok`` entries whose outputs are gone are dropped,
+    those from another run than ``run_id`` get ``resumed=True``."""
     entries = {}
     for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
         earlier = not osp.basename(journal).startswith(f'{run_id}-rank')
@@ -193,8 +191,7 @@ class _Run:
         print(f'skipped {message}', flush=True, file=sys.stderr)
 
     def submit(self, function, *args) -> None:
-        """Run ``function`` in the writer thread, at most a few batches behind; its errors
-        surface here."""
+        """Run ``function`` in the writer thread, a few batches behind at most; raises its error."""
         self.pending.append(self.pool.submit(function, *args))
         while len(self.pending) > 4 or (self.pending and self.pending[0].done()):
             self.pending.popleft().result()

@@ -294,7 +294,6 @@ def exponent_rows(rows: list[dict], names, dtypes, stages, fit_range) -> list[di
                     points = [p for p in measured if p[0] <= high][-3:]
                 if len(points) >= 2:
                     entry[name] = (fit_exponent(*zip(*points)),
-                                   f'{int(math.isqrt(points[0][0]))}-'
-                                   f'{int(math.isqrt(points[-1][0]))}')
+                                   f'{math.isqrt(points[0][0])}-{math.isqrt(points[-1][0])}')
             out.append(entry)
     return out

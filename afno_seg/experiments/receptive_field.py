@@ -32,8 +32,7 @@ def effective_receptive_fields(features: Callable[[Tensor], Sequence[Tensor]],
         for position, (name, out) in enumerate(zip(names, selected)):
             unit = out[:, :, out.shape[-2] // 2, out.shape[-1] // 2].sum()
             (grad, ) = torch.autograd.grad(unit, x, retain_graph=position < len(selected) - 1)
-            erf = grad.abs().sum(dim=(0, 1)).double()
-            sums[name] = sums[name] + erf
+            sums[name] = sums[name] + grad.abs().sum(dim=(0, 1)).double()
     if not count:
         raise ValueError('effective_receptive_fields needs at least one image')
     return {name: total / count for name, total in sums.items()}

@@ -73,8 +73,7 @@ def afno_shrink_stats(mixer: AFNOMixer, x: Tensor, hw_shape: tuple[int, int], nu
     """Zeroed coefficients and energy kept by an AFNO mixer's soft-shrink on tokens ``x``
     ``(B, H*W, C)``: ``zeros``, ``total`` (counts over the computed modes) and per radial band
     ``band_zeros``, ``band_total``, ``band_energy_pre``, ``band_energy_post`` (lists of floats).
-    ``output``, the mixer's output on ``x``: when given, the re-run must reproduce it, else a
-    RuntimeError is raised."""
+    A RuntimeError when the re-run does not reproduce ``output``, the mixer's output, if given."""
     hw_shape = tuple(hw_shape)
     with torch.no_grad():
         x32 = x.detach().float()

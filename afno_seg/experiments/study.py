@@ -100,11 +100,8 @@ def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
 
 
 def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
-    """Run ``command``, its output into ``log_path``; training iterations echoed with ``prefix``;
-    a SIGTERM meanwhile stops it too.
-
-    Raises :class:`UserError` naming the log when it fails.
-    """
+    """Run ``command``, its output into ``log_path``, training iterations echoed with ``prefix``;
+    a SIGTERM meanwhile stops it too. A failure is a :class:`UserError` naming the log."""
     process = None
 
     def stop(signum, frame):  # noqa: ARG001

@@ -2,9 +2,8 @@
 ``python -m afno_seg.experiments.study_jobs JOB '{"keyword": value, ...}'`` (:data:`JOBS`).
 
 A process per step: a clean allocator per training, and a SIGTERM or kill of the study loses
-only the step in flight (a training saves its checkpoint, exit 75). Each job is what its tool
-(``tools/train.py``, ``tools/test.py``, ``tools/analysis/spectrum.py``, ``get_flops.py``) does with
-the study's options, from the same library functions; a failure is one line, status 1.
+only the step in flight (a training saves its checkpoint, exit 75). Each job does what its tool
+does, from the same library functions; a failure is one line, status 1.
 """
 import json
 import sys
