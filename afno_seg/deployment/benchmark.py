@@ -1,15 +1,11 @@
 """onnxruntime (DFT op and matmul forms) and OpenVINO against PyTorch: logit parity and CPU time;
-where a graph spends its time in onnxruntime.
+where a graph spends its time in onnxruntime (docs/inference.md).
 
-* :func:`compare_backends`: each model is exported at its input's size in both DFT forms; then
-  PyTorch and the runtimes alternate in each timed round, on the same number of threads, and the
-  ratios of the medians are reported (absolute times on a shared machine are noise).
-* :func:`profile_onnx`: kernel time per operator type and per node, from onnxruntime's own
-  profiler (``SessionOptions.enable_profiling``). The first run is a warm-up (the arena grows,
-  memory is touched for the first time) and is left out; the other runs are averaged. What runs
-  is the graph as onnxruntime optimised it, so node names are the optimised ones
-  (``conv2d_89_nchwc``: a Conv in NCHWc blocks, an Add fused into it). Compare shares within one
-  profile, not milliseconds across runs.
+* :func:`compare_backends`: each model exported at its input's size in both DFT forms, PyTorch
+  and the runtimes alternating in each timed round on the same threads; ratios of the medians
+  are reported (absolute times on a shared machine are noise).
+* :func:`profile_onnx`: kernel time per operator type and per node of the optimised graph, from
+  onnxruntime's own profiler (``SessionOptions.enable_profiling``), the warm-up run left out.
 """
 import contextlib
 import json
@@ -30,16 +26,14 @@ from .predictor import openvino_session
 __all__ = ['RUNTIMES', 'NodeTime', 'OnnxProfile', 'ParityResult',
            'compare_backends', 'profile_onnx', 'timed_ms']
 
-
 FORMS = {'ort-op': 'op', 'ort-matmul': 'matmul', 'openvino': 'matmul'}  # runtime: graph it runs
 RUNTIMES = tuple(FORMS)
 
 
 @dataclass
 class ParityResult:
-    """One model's comparison: per runtime (``RUNTIMES``) its median time in ms, its ratio to
-    PyTorch's (``ratio``), the max abs logit difference and the argmax agreement (NaN for a
-    module without classes); ``export_s``: seconds of all exports."""
+    """One model's comparison: per runtime (``RUNTIMES``) its median ms, ``ratio`` to PyTorch,
+    max abs logit difference and argmax agreement (NaN without classes)."""
     model: str
     input_hw: str
     max_abs_logit: float
@@ -56,14 +50,12 @@ class ParityResult:
 
 
 def timed_ms(run) -> float:
-    """Milliseconds of ``run()``."""
     start = time.perf_counter()
     run()
     return 1e3 * (time.perf_counter() - start)
 
 
-def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
-                     threads: int = 1,
+def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5, threads: int = 1,
                      runtimes: tuple[str, ...] = RUNTIMES,
                      onnx_dir: str | None = None) -> ParityResult:
     """Export ``model`` at the size of ``inputs`` in each DFT form, then compare and time PyTorch
@@ -71,11 +63,9 @@ def compare_backends(name: str, model, inputs: torch.Tensor, repeats: int = 5,
 
     Args:
         name (str): Row label.
-        model (nn.Module): A segmentor (its ``encode_decode`` is exported, as by
-            :func:`.export_onnx`), or any module taking ``inputs`` (e.g.
-            :class:`~afno_seg.mixers.MixerAlone`).
-        inputs (Tensor): ``(1, 3, H, W)``, the normalised image (what the data preprocessor
-            makes of :meth:`.Segmenter.prepare`'s output), or the module's input.
+        model (nn.Module): A segmentor (its ``encode_decode`` exported, as by
+            :func:`.export_onnx`) or any module taking ``inputs`` (e.g. ``MixerAlone``).
+        inputs (Tensor): The normalised image ``(1, 3, H, W)``, or the module's input.
         repeats (int): Timed rounds. Default: 5.
         threads (int): torch, onnxruntime and OpenVINO threads. Default: 1.
         runtimes (tuple[str, ...]): Subset of ``RUNTIMES``. Default: all.

@@ -1,20 +1,10 @@
 """What ``tools/inference.py`` reads and writes.
 
-Reads image files, folders (recursive), glob patterns and videos. Every way an input can be wrong
-is a :class:`~afno_seg.engine.errors.UserError` naming it: a path that does not exist, a pattern
-or folder with no image or video in it, an image that cannot be decoded, a video OpenCV cannot
-open.
-
-Writes, per input:
-
-* Label PNG: ``uint8`` train ids (0..num_classes-1), or with ``label_format='cityscapes'`` the
-  Cityscapes ``labelIds`` the test server expects (through cityscapesscripts' ``trainId2label``,
-  as mmseg's ``CityscapesMetric(format_only=True)`` converts).
-* Overlay: ``(1 - opacity) * image + opacity * colour of the class`` with the dataset palette.
-
-Every file appears complete or not at all (a kill leaves at most a hidden temporary file): PNGs
-through :func:`~afno_seg.engine.atomic_io.atomic_write`, a video under a hidden name renamed when
-its last frame is written.
+Reads image files, folders (recursive), glob patterns and videos; every way an input can be wrong
+is a :class:`~afno_seg.engine.errors.UserError` naming it. Writes label PNGs (``uint8`` train ids,
+or the Cityscapes ``labelIds`` the test server expects), overlays (``(1 - opacity) * image +
+opacity * colour of the class``) and overlaid videos, each complete or not at all: PNGs through
+:func:`~afno_seg.engine.atomic_io.atomic_write`, a video renamed when its last frame is written.
 """
 import glob
 import itertools
@@ -92,9 +82,8 @@ def collect_inputs(specs: Sequence[str]) -> list[InputFile]:
             an image or video suffix) and glob patterns (``**`` recursive).
 
     Returns:
-        list[InputFile]: At least one. A name is the file's path below its folder or pattern's
-        fixed part (a file alone: its base name), so it does not depend on the other inputs and
-        stays the same from run to run; two inputs of one name are refused.
+        list[InputFile]: Each named by its path below its folder or the pattern's fixed part (a
+        file alone: its base name), the same from run to run; two inputs of one name are refused.
     """
     found, names = {}, {}  # found: {real path: InputFile}; names: {name: path}
     for spec in specs:
@@ -168,8 +157,7 @@ def write_png(path: str, image: np.ndarray) -> str:
 
 
 class VideoOverlayWriter:
-    """Overlay frames into the video ``path`` at ``fps`` (OpenCV, ``mp4v`` for .mp4, ``MJPG``
-    for .avi)."""
+    """Overlay frames into the video ``path`` at ``fps`` (OpenCV; mp4v for .mp4, MJPG for .avi)."""
 
     def __init__(self, path: str, fps: float) -> None:
         self.path, self.fps, self.writer, self.frames = path, fps, None, 0

@@ -1,15 +1,11 @@
 """ONNX export of a whole segmentor, in mmseg's deployment convention, and its self-check.
 
-The graph is ``EncoderDecoder.encode_decode``: the normalised image ``(1, 3, H, W)`` (what the
-data preprocessor makes of an image) in, the logits ``(1, num_classes, H, W)`` out; resizing to
-the original image and argmax stay outside, as with mmdeploy. Standard ONNX ops only (torch's
-dynamo exporter, opset 20); the mixers run their export forms (:mod:`afno_seg.mixers.forms`).
-
-The spectral mixers' transforms go into the graph in one of two forms (``dft``): ``'op'``, the
-ONNX ``DFT`` operator, or ``'matmul'``, real matrix products with constant DFT matrices
-(:mod:`afno_seg.mixers.export.dft`; a truncated band is computed directly, so AFNO-25% and FNO
-cost what they keep). Measurements behind :func:`resolve_dft`'s rule are in ``BENCHMARKS.md``
-("DFT as matmuls"). OpenVINO needs the matmul form (:func:`.predictor.openvino_session`).
+The graph is ``EncoderDecoder.encode_decode``: the normalised image ``(1, 3, H, W)`` in, the
+logits ``(1, num_classes, H, W)`` out; resizing and argmax stay outside, as with mmdeploy.
+Standard ONNX ops only (torch's dynamo exporter, opset 20), the mixers in their export forms; the
+spectral transforms as the ONNX ``DFT`` op or as matmuls with constant DFT matrices
+(:mod:`afno_seg.mixers.export.dft`), chosen by :func:`resolve_dft` (measurements in
+``BENCHMARKS.md``, "DFT as matmuls"). OpenVINO needs the matmul form.
 """
 import os
 import os.path as osp
@@ -45,9 +41,8 @@ class SegmentorLogits(nn.Module):
 
 
 def static_shape_mixers(model: nn.Module) -> list[str]:
-    """Names of the mixer classes in ``model`` that cannot be exported with dynamic H, W: their
-    ``onnx_dynamic_shape`` is False (a class attribute with a comment why, or a property where it
-    depends on the arguments, as AFNO's band sizes with truncation)."""
+    """Names of the mixer classes in ``model`` that cannot be exported with dynamic H, W (their
+    ``onnx_dynamic_shape`` is False)."""
     return sorted({type(module).__name__ for module in model.modules()
                    if isinstance(module, TokenMixer)
                    and not getattr(module, 'onnx_dynamic_shape', True)})
@@ -70,7 +65,8 @@ def resolve_dft(dft: str, dynamic: bool) -> tuple[str, str]:
 
 def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: bool = False,
                 opset: int = OPSET, dft: str = 'auto') -> str:
-    """Export ``model.encode_decode`` at input size ``shape`` to ``out`` (a ``.onnx`` file).
+    """Export ``model.encode_decode`` at input size ``shape`` to the ``.onnx`` file ``out``;
+    returns ``out``.
 
     Args:
         model (nn.Module): mmseg ``EncoderDecoder`` (moved to CPU, eval mode, for the export).
@@ -80,9 +76,6 @@ def export_onnx(model: nn.Module, shape: tuple[int, int], out: str, dynamic: boo
         opset (int): ONNX opset (>= 17). Default: 20.
         dft (str): The spectral transforms as ``'op'`` (ONNX DFT), ``'matmul'`` or ``'auto'``
             (:func:`resolve_dft`). Default: 'auto'.
-
-    Returns:
-        str: ``out``.
     """
     form, _ = resolve_dft(dft, dynamic)
     static = static_shape_mixers(model) if dynamic else []
@@ -98,8 +91,7 @@ def export_network(network: nn.Module, example: Tensor, out: str, dynamic: bool 
                    opset: int = OPSET, form: str = 'op', min_size: int = 32) -> str:
     """Export ``network(example)`` (one input ``(N, C, H, W)``, one output) to ``out``, its
     spectral transforms in ``form`` (``'op'`` or ``'matmul'``); with ``dynamic``, H and W of the
-    input are symbolic (from ``min_size`` to 8192). :func:`export_onnx` exports segmentors
-    through it; the tests export single mixers on a grid."""
+    input are symbolic (from ``min_size`` to 8192)."""
     dims = {2: torch.export.Dim('height', min=min_size, max=8192),
             3: torch.export.Dim('width', min=min_size, max=8192)}
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
@@ -133,8 +125,7 @@ def _drop_intermediate_shapes(path: str) -> None:
 def onnx_session(path: str, threads: int | None = None, device: str = 'cpu',
                  profile_prefix: str | None = None):
     """An onnxruntime ``InferenceSession`` of ``path`` (CUDA provider first for ``cuda``);
-    ``profile_prefix``: onnxruntime's profiler on, its JSON file named from this prefix
-    (:func:`.benchmark.profile_onnx`)."""
+    ``profile_prefix``: onnxruntime's profiler on, its JSON file named from this prefix."""
     import onnxruntime
     if not osp.isfile(path):
         raise UserError(f'ONNX file not found: {path}')

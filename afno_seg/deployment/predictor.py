@@ -2,9 +2,8 @@
 or OpenVINO.
 
 :class:`Segmenter` runs what mmseg's ``inference_model`` runs (``test_pipeline`` from an image
-array, ``model.test_step``) in batches of equal-sized images, and times each batch.
-:func:`use_onnxruntime` swaps only the network for a session of the exported graph (onnxruntime's,
-or :func:`openvino_session`'s behind the same two methods), so every backend sees the same tensors.
+array, ``model.test_step``), batching equal-sized images; :func:`use_onnxruntime` swaps only the
+network for a session of the exported graph, so every backend sees the same tensors.
 """
 import copy
 import os.path as osp
@@ -62,8 +61,7 @@ class Segmenter:
         return self.predict([self.prepare(image) for image in images])
 
     def prepare(self, image: np.ndarray) -> dict:
-        """The test pipeline's output for one image (``inputs`` tensor, ``data_samples``); cheap
-        to run in a DataLoader worker."""
+        """The test pipeline's output for one image; cheap to run in a DataLoader worker."""
         return self.pipeline(dict(img=image))
 
     def predict(self, prepared: Sequence[dict]) -> list[Prediction]:
@@ -84,14 +82,9 @@ class Segmenter:
 
 
 def use_onnxruntime(model, session, path: str):
-    """Make ``model`` compute its logits with ``session`` (everything else stays PyTorch).
-
-    Args:
-        model (nn.Module): The ``EncoderDecoder``; its ``encode_decode`` is replaced.
-        session: ``onnxruntime.InferenceSession`` of a graph from :func:`.export_onnx`, or an
-            :class:`OpenVinoSession`.
-        path (str): Its file, for messages.
-    """
+    """Make the ``EncoderDecoder`` ``model`` compute its logits with ``session`` (an
+    onnxruntime ``InferenceSession`` or :class:`OpenVinoSession` of a graph from
+    :func:`.export_onnx`, read from ``path``); everything else stays PyTorch."""
     shape = session.get_inputs()[0].shape  # ints where static, names where dynamic
     static_hw = tuple(shape[2:]) if all(isinstance(s, int) for s in shape[2:]) else None
 

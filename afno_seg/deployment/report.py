@@ -1,17 +1,10 @@
 """An evaluation report to look at: one self-contained HTML page and its PNGs, no server.
 
-``DIR/report.html`` shows the per-class IoU and accuracy as a bar chart beside their table, the
-normalised confusion matrix as a heat map and the ``k`` worst images by per-image mIoU, each as
-image | ground truth | prediction | errors. The images are PNGs next to the page, linked by
-relative paths; nothing is fetched from the network.
-
-* Confusion matrix ``M (C, C)``: ``M[g, p]`` counts pixels of ground truth ``g`` predicted ``p``
-  (``ignore_index`` left out); shown row-normalised in percent, ground truth down, prediction
-  across, as mmseg's ``tools/analysis_tools/confusion_matrix.py`` plots it.
-* Per class: ``IoU = M[c, c] / (sum_p M[c, p] + sum_g M[g, c] - M[c, c])``,
-  ``Acc = M[c, c] / sum_p M[c, p]`` (mmseg's ``IoUMetric``); NaN for a class with no pixels.
-* Per image: mIoU over the classes present in its ground truth or prediction.
-* Error map: the image darkened, wrong pixels red, ignored pixels black.
+``DIR/report.html``: per-class IoU and accuracy (mmseg's ``IoUMetric`` formulas, NaN for a class
+without pixels) as bars beside their table, the confusion matrix ``M[g, p]`` (pixels of ground
+truth ``g`` predicted ``p``) row-normalised in percent as mmseg's ``confusion_matrix.py`` plots
+it, and the ``k`` worst images by per-image mIoU (over the classes in its ground truth or
+prediction) as image | ground truth | prediction | errors (wrong pixels red, ignored black).
 
 :class:`SegReportMetric` (``tools/test.py --report DIR``) builds it during mmseg's test loop:
 each rank keeps the labels of only its ``k`` worst images, so gathering the results stays small.
@@ -176,8 +169,7 @@ def report_on_files(out_dir: str, pairs: list[tuple[str, str, str]], classes: li
         matrix += image_matrix
         # the labels of the worst k seen so far, no more
         scored = _worst(scored + [WorstImage(image, image_miou(image_matrix), gt, pred)], worst)
-    return write_report(out_dir, classes, palette, matrix, scored, title, len(pairs),
-                        ignore_index)
+    return write_report(out_dir, classes, palette, matrix, scored, title, len(pairs), ignore_index)
 
 
 @METRICS.register_module()

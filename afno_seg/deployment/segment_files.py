@@ -1,32 +1,21 @@
 """Segment image and video files into an output folder: what ``tools/inference.py`` does.
 
-For an image ``NAME.png`` (``NAME``: its path below the folder or pattern it was found through):
-``OUT/labels/NAME.png`` and ``OUT/overlays/NAME.png``; for a video ``NAME.mp4``:
-``OUT/videos/NAME.mp4``, every frame overlaid. ``OUT/summary.json`` lists every input: its
-outputs, size, inference time and classes, or why it failed, or that it is not done yet.
+For an input ``NAME`` (its path below the folder or pattern it was found through):
+``OUT/labels/NAME.png`` and ``OUT/overlays/NAME.png``, or ``OUT/videos/NAME.mp4`` for a video;
+``OUT/summary.json`` lists every input. docs/inference.md ("Dataset scale") has the guarantees:
+bad files and failed writes are one failure each, SIGTERM/SIGINT write what was predicted and
+stop, and a rerun of the same settings redoes nothing: each process appends a JSON line per input
+written to its journal ``OUT/.progress/RUN-rankR.jsonl`` (first line: the process and the run's
+:func:`settings_key`), which :func:`completed_inputs` reads back.
 
-* **Nothing lost, nothing redone.** Outputs appear complete or not at all (:mod:`.files`); then
-  a line naming the input and its real path is appended to this process's journal
-  ``OUT/.progress/RUN-rankR.jsonl``, whose first line holds the run's :func:`settings_key`. A
-  rerun of the same key skips every input a journal line says is written and whose outputs exist
-  (failures are retried; journals of other keys are ignored, damaged lines named and skipped),
-  so a kill, even SIGKILL, loses only the images in flight. SIGTERM or SIGINT: the images
-  already predicted are written, the rest is left for the rerun.
-* **One bad file is one failure.** An input that cannot be decoded, over ``max_pixels``, refused
-  by the model (a :class:`UserError`, e.g. a static ONNX shape), whose outputs cannot be written,
-  or a video failing midway (leaving no file) is journaled and named on stderr, and the run goes
-  on (``strict``: it stops there).
-* **The model never waits.** Decoding and the test pipeline run in DataLoader workers; images
-  whose prepared tensors have one size are batched (the labels are those of batch 1); PNGs are
-  written in a thread while the next batch is in the model.
-* **Shards.** Rank ``r`` of ``w`` takes inputs ``r, r + w, ...``. Ranks meet only through the
-  output folder: each writes ``RUN-rankR.end`` once its journal is complete (flushed, fsynced,
-  closed), whether its share is through or a signal stopped it. Rank 0 waits until every rank has
-  ended or died (after a stop signal of its own, at most ``STOP_GRACE_S`` for ranks it cannot
-  see), then merges the journals into ``summary.json`` by the rule a rerun uses: what a rank left
-  is ``not done`` with that rank, and ``resumed`` is what a journal of an earlier run holds.
+Shards: rank ``r`` of ``w`` takes inputs ``r, r + w, ...``; ranks meet only through the output
+folder. Each writes ``RUN-rankR.end`` once its journal is complete (fsynced, closed); rank 0
+waits until every rank has ended or died (after a stop signal of its own, at most
+``STOP_GRACE_S``), then merges the journals into ``summary.json`` by the rule a rerun uses.
 """
 import functools
+import glob
+import hashlib
 import itertools
 import json
 import os
@@ -59,22 +48,75 @@ from .files import (
     to_label_ids,
     write_png,
 )
-from .journal import PROGRESS_DIR, completed_inputs, settings_key
 from .predictor import Segmenter
 
-__all__ = ['PROGRESS_DIR', 'Shard', 'completed_inputs', 'default_max_pixels', 'segment_files',
-           'settings_key']
+__all__ = ['PROGRESS_DIR', 'Shard', 'completed_inputs', 'default_max_pixels', 'segment_files']
 
+PROGRESS_DIR = '.progress'
+OUTPUT_KEYS = ('label', 'overlay', 'video')
 STOP_GRACE_S = 10.0  # rank 0, stopped: how long it waits for ranks neither ended nor seen dead
 
 
 @dataclass
 class Shard:
-    """This process's part of a run: rank, number of ranks, and the run's id (same in every
-    rank, new for every run: it names the journals and end markers)."""
+    """This process's rank, the number of ranks, and the run's id (naming journals and end
+    markers: the same in every rank, new for every run)."""
     rank: int = 0
     world_size: int = 1
     run_id: str = field(default_factory=lambda: os.urandom(6).hex())
+
+
+def settings_key(settings: dict) -> str:
+    """16 hex digits naming what decides a run's outputs (journals count only for the same key)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _journal_entries(journal: str) -> tuple[dict | None, list[dict]]:
+    """``(header, entries)`` of one journal; damaged lines (not UTF-8, not JSON, not an entry)
+    are named on stderr, a last line cut by a kill is skipped silently."""
+    with open(journal, 'rb') as file:
+        lines = file.read().split(b'\n')
+    header, entries, damaged = None, [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line.decode('utf-8'))
+            valid = isinstance(entry, dict) and (('input' not in entry and number == 1) or (
+                isinstance(entry.get('input'), str) and entry.get('status') in ('ok', 'failed')
+                and all(isinstance(entry.get(key, ''), str)
+                        for key in (*OUTPUT_KEYS, 'real', 'error'))))
+        except ValueError:  # UnicodeDecodeError included
+            valid = False
+        if not valid:
+            if number < len(lines):  # the final line without its newline: a cut write
+                damaged.append(number)
+        elif 'input' in entry:
+            entries.append(entry)
+        else:
+            header = entry
+    if damaged:
+        print(f'{journal}: {len(damaged)} damaged line(s) skipped (first: line {damaged[0]}); '
+              'their inputs are redone', file=sys.stderr, flush=True)
+    return header, entries
+
+
+def completed_inputs(out_dir: str, run_id: str = '', settings: str = '') -> dict[str, dict]:
+    """``{real input path: entry}`` of every journal under ``out_dir`` written with ``settings``,
+    the latest line of each input winning; ``ok`` entries whose outputs are gone are dropped,
+    those from another run than ``run_id`` get ``resumed=True``."""
+    entries = {}
+    for journal in sorted(glob.glob(osp.join(out_dir, PROGRESS_DIR, '*.jsonl')), key=osp.getmtime):
+        earlier = not osp.basename(journal).startswith(f'{run_id}-rank')
+        header, lines = _journal_entries(journal)
+        if (header or {}).get('settings', '') != settings:
+            continue  # another checkpoint, config, format...: its outputs are not this run's
+        for entry in lines:
+            if earlier and entry['status'] == 'ok':
+                entry['resumed'] = True
+            entries[entry.get('real') or osp.realpath(entry['input'])] = entry
+    return {path: entry for path, entry in entries.items() if entry['status'] != 'ok' or all(
+        osp.isfile(entry[key]) for key in OUTPUT_KEYS if key in entry)}
 
 
 def _reason(error: BaseException, path: str) -> str:
@@ -149,8 +191,7 @@ class _Run:
         print(f'skipped {message}', flush=True, file=sys.stderr)
 
     def submit(self, function, *args) -> None:
-        """Run ``function`` in the writer thread, at most a few batches behind; its errors
-        surface here."""
+        """Run ``function`` in the writer thread, a few batches behind at most; raises its error."""
         self.pending.append(self.pool.submit(function, *args))
         while len(self.pending) > 4 or (self.pending and self.pending[0].done()):
             self.pending.popleft().result()
@@ -298,15 +339,13 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
         workers (int): DataLoader processes decoding images (0: this one). Default: 0.
         strict (bool): Stop at the first bad input (a :class:`UserError`). Default: False.
         shard (Shard, optional): This process's rank in a sharded run. Default: one process.
-        settings (dict, optional): What decides the outputs besides ``label_format`` and
-            ``opacity`` (checkpoint and config digests, backend); a rerun trusts only journals of
-            equal settings. Default: None.
-        max_pixels (int, optional): Cap on an image's (a video frame's) pixels; larger inputs
-            fail, named. None: :func:`default_max_pixels`; 0: no cap. Default: None.
+        settings (dict, optional): What else decides the outputs (checkpoint and config digests,
+            backend); a rerun trusts only journals of equal settings. Default: None.
+        max_pixels (int, optional): Cap on an image's (a frame's) pixels, larger ones fail; None:
+            :func:`default_max_pixels`; 0: no cap. Default: None.
 
     Returns:
-        dict | None: Rank 0: the summary written to ``out_dir/summary.json`` (``num_failed``,
-        ``num_not_done``, ``stopped_by``: a signal's name or None); other ranks: None.
+        dict | None: Rank 0: the summary written to ``out_dir/summary.json``; other ranks: None.
     """
     shard = shard or Shard()
     key = settings_key(dict(settings or {}, label_format=label_format, opacity=opacity))
@@ -347,7 +386,6 @@ def segment_files(segmenter: Segmenter, files: Sequence[InputFile], out_dir: str
     summary = dict(**(meta or {}), label_format=label_format, num_inputs=len(entries),
                    num_done=count['ok'], num_failed=count['failed'],
                    num_not_done=count['not done'], num_resumed=sum('resumed' in e for e in entries),
-                   stopped_by=stopped, world_size=shard.world_size,
-                   dead_ranks=dead, inputs=entries)
+                   stopped_by=stopped, world_size=shard.world_size, dead_ranks=dead, inputs=entries)
     atomic_write(json.dumps(summary, indent=2) + '\n', osp.join(out_dir, 'summary.json'))
     return summary

@@ -2,7 +2,7 @@
 
 mmengine imports ``pkg_resources`` whenever a config names an installed package's base
 (``mmseg::_base_/...``), and setuptools (< 81, pinned for mmcv's build and mmengine) warns at
-every import. Only that warning is filtered, by its message.
+every import.
 """
 import warnings
 
@@ -10,7 +10,6 @@ __all__ = ['quiet_known_warnings']
 
 
 def quiet_known_warnings() -> None:
-    """Ignore setuptools' ``pkg_resources is deprecated`` ``UserWarning``; call it before the
-    first ``Config.fromfile``."""
+    """Ignore that ``UserWarning`` (by its message) before the first ``Config.fromfile``."""
     warnings.filterwarnings('ignore', message=r'pkg_resources is deprecated as an API',
                             category=UserWarning)

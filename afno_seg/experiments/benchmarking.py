@@ -63,8 +63,7 @@ def time_interleaved(candidates: list[Candidate], repeats: int, warmup: int,
 
 def measure_memory(candidate: Candidate, device: str) -> tuple[float, float]:
     """``(peak, held)`` bytes of one fwd+bwd call: peak beyond what existed before it, held the
-    tensors the forward saves for backward, its inputs and parameters left out
-    (:mod:`afno_seg.analysis.memory`)."""
+    tensors the forward saves for backward but its inputs and parameters."""
     held = SavedTensorBytes(candidate.inputs)
     with held:
         peak = peak_bytes(candidate.step, device)
@@ -118,8 +117,7 @@ def environment(device: str) -> str:
 
 
 def write_csv(path, rows: list[dict], fields: list[str], digits: int = 4) -> None:
-    """``rows`` as CSV with columns ``fields`` (others dropped), floats to ``digits`` significant
-    digits."""
+    """``rows`` as CSV with columns ``fields`` (others dropped), floats to ``digits`` digits."""
     with open(path, 'w', newline='') as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction='ignore')
         writer.writeheader()
@@ -135,10 +133,9 @@ def load_average() -> str:
 
 
 def prepare_run(args) -> None:
-    """Check ``args.device`` (:func:`~afno_seg.engine.errors.check_device`: a UserError line),
-    set ``args.threads`` and the CPU memory mode ``args.cpu_memory`` ('cache': keep freed memory
-    in the heap as tools/train.py does on a CPU, see :mod:`afno_seg.engine.cpu_memory`; then it
-    says what is in effect)."""
+    """Check ``args.device`` (a UserError line), set ``args.threads`` and the CPU memory mode
+    ``args.cpu_memory`` ('cache': freed memory kept in the heap as tools/train.py keeps it on a
+    CPU, :mod:`afno_seg.engine.cpu_memory`; then it says what is in effect)."""
     from afno_seg.engine.errors import check_device
     check_device(args.device)
     torch.set_num_threads(args.threads)

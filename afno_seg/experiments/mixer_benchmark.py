@@ -1,11 +1,9 @@
 """Forward+backward time and peak memory of every token mixer at SegFormer-B3's stage widths.
 
-The machinery of ``tools/analysis/benchmark_mixers.py`` (its docstring has the method). The
-mixers are the catalogue's variants, and by name ``NAME-composed``: the variant in its
-``reference`` form (:mod:`afno_seg.mixers.forms`, the plain formula its fast form is tested
-against); each built with the stage's arguments (GFN's filter stored at the measured grid, as when
-training at that crop; ESA's reduction capped by the grid). Beside them the reference workloads:
-the bare FFT round trip, matmuls, a copy.
+The machinery of ``tools/analysis/benchmark_mixers.py`` (its docstring has the method): the
+catalogue's variants, each also as ``NAME-composed`` (its ``reference`` form,
+:mod:`afno_seg.mixers.forms`), built with the stage's arguments; beside them the reference
+workloads: the bare FFT round trip, matmuls, a copy.
 """
 import math
 import statistics
@@ -133,8 +131,7 @@ def build_candidate(name: str, stage: Stage, grid: int, batch: int, device: str,
                                        norm='ortho')
             return torch.fft.irfft2(spectrum, s=hw, dim=(1, 2), norm='ortho')
         return Candidate(name, round_trip, [x],
-                         torch.randn(batch, grid, grid, channels, device=device),
-                         autocast=autocast)
+                         torch.randn(batch, grid, grid, channels, device=device), autocast=autocast)
     if name in ('matmul', 'matmul-complex'):
         # (B k) independent products, the weight shared over the batch as in AFNO. bmm on an
         # expanded weight: torch.matmul's broadcast backward copies the whole spectrum.
@@ -215,8 +212,7 @@ def measure_point(candidates, base, args, time_history, memory_history) -> list[
         times, failed = {}, {}
         for candidate in candidates:
             try:
-                times.update(time_interleaved([candidate], args.repeats, args.warmup,
-                                              args.device))
+                times.update(time_interleaved([candidate], args.repeats, args.warmup, args.device))
             except Exception as single_error:  # noqa: BLE001
                 failed[candidate.name] = error_text(single_error)
         rows += [dict(base, name=n, status=s) for n, s in failed.items()]
@@ -298,7 +294,6 @@ def exponent_rows(rows: list[dict], names, dtypes, stages, fit_range) -> list[di
                     points = [p for p in measured if p[0] <= high][-3:]
                 if len(points) >= 2:
                     entry[name] = (fit_exponent(*zip(*points)),
-                                   f'{int(math.isqrt(points[0][0]))}-'
-                                   f'{int(math.isqrt(points[-1][0]))}')
+                                   f'{math.isqrt(points[0][0])}-{math.isqrt(points[-1][0])}')
             out.append(entry)
     return out

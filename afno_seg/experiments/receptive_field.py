@@ -1,12 +1,9 @@
 """Effective receptive field (ERF) of a backbone's feature maps.
 
 Luo, Li, Urtasun, Zemel. "Understanding the Effective Receptive Field in Deep Convolutional Neural
-Networks." NeurIPS 2016 (arXiv:1701.04128): the ERF of an output unit is the gradient of that unit
-with respect to the input image. Here, for each feature map, the unit is the sum over channels at
-the map's centre position; the map is ``|d out(centre) / d input|`` summed over the input's colour
-channels and averaged over images. A mixer that only mixes locally gives an ERF that is exactly
-zero outside the reach of the layers' kernels; a global mixer (Fourier or attention) spreads it
-over the whole image.
+Networks." NeurIPS 2016 (arXiv:1701.04128): the ERF of an output unit is its gradient with respect
+to the input image. A mixer that only mixes locally gives an ERF that is exactly zero outside the
+reach of the layers' kernels; a global mixer (Fourier or attention) spreads it over the image.
 """
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -35,8 +32,7 @@ def effective_receptive_fields(features: Callable[[Tensor], Sequence[Tensor]],
         for position, (name, out) in enumerate(zip(names, selected)):
             unit = out[:, :, out.shape[-2] // 2, out.shape[-1] // 2].sum()
             (grad, ) = torch.autograd.grad(unit, x, retain_graph=position < len(selected) - 1)
-            erf = grad.abs().sum(dim=(0, 1)).double()
-            sums[name] = sums[name] + erf
+            sums[name] = sums[name] + grad.abs().sum(dim=(0, 1)).double()
     if not count:
         raise ValueError('effective_receptive_fields needs at least one image')
     return {name: total / count for name, total in sums.items()}

@@ -1,23 +1,18 @@
 """What the token mixers of a trained backbone do in the frequency domain.
 
-Measured from outside the model, with forward hooks on every mixer (nothing in a mixer is
-changed or wrapped):
+Measured with forward hooks on every mixer (nothing in a mixer is changed or wrapped):
 
 * **radial energy spectra** of the tokens entering and leaving each mixer: the orthonormal
   ``rfft2`` of each channel over the token grid, power averaged over channels, images and the
   modes of each radial band of ``r = sqrt((k_h / H)^2 + (k_w / W)^2)`` (cycles per token; the
-  last band also holds the corners beyond ``r = 0.5``). Half-spectrum columns that stand for a
-  conjugate pair count twice.
-* **AFNO's soft-shrink sparsity** (Guibas et al. 2021, the paper's sparsity): the mixer's own
-  steps are re-run on the captured input (its ``mode_mlp`` on its band of the spectrum), once with
-  its threshold and once with the threshold 0 (the unshrunk MLP output). Sparsity = fraction of
-  the coefficients the shrink sets to zero (real and imaginary parts separately for
-  ``shrink='split'``, complex values for ``'magnitude'``), over the modes the mixer computes;
-  per radial band also the energy kept, ``sum |shrunk|^2 / sum |unshrunk|^2``. The re-run is
-  checked against the hooked output (``x + irfft2(shrunk)``) so a mixer whose math drifts from its
+  last band also holds the corners beyond ``r = 0.5``; a conjugate pair's column counts twice).
+* **AFNO's soft-shrink sparsity** (Guibas et al. 2021): the mixer's ``mode_mlp`` re-run on the
+  captured input's band, with its threshold and with 0. Sparsity = fraction of the coefficients
+  the shrink zeroes (real and imaginary parts apart for ``shrink='split'``), over the modes the
+  mixer computes; per radial band also the energy kept, ``sum |shrunk|^2 / sum |unshrunk|^2``.
+  The re-run must reproduce the hooked output, so a mixer whose math drifts from its
   ``mode_mlp`` fails loudly instead of being measured wrongly.
-* **GFN filters**: ``|K|`` of each GlobalFilterMixer at its stored grid and resampled to another
-  (:meth:`~afno_seg.mixers.GlobalFilterMixer.filter_at`).
+* **GFN filters**: ``|K|`` of each GlobalFilterMixer at its stored grid and resampled to another.
 """
 import copy
 import math
@@ -78,8 +73,7 @@ def afno_shrink_stats(mixer: AFNOMixer, x: Tensor, hw_shape: tuple[int, int], nu
     """Zeroed coefficients and energy kept by an AFNO mixer's soft-shrink on tokens ``x``
     ``(B, H*W, C)``: ``zeros``, ``total`` (counts over the computed modes) and per radial band
     ``band_zeros``, ``band_total``, ``band_energy_pre``, ``band_energy_post`` (lists of floats).
-    ``output``, the mixer's output on ``x``: when given, the re-run must reproduce it, else a
-    RuntimeError is raised."""
+    A RuntimeError when the re-run does not reproduce ``output``, the mixer's output, if given."""
     hw_shape = tuple(hw_shape)
     with torch.no_grad():
         x32 = x.detach().float()
@@ -134,13 +128,11 @@ class MixerProbe:
     Args:
         model (nn.Module): Any module containing :class:`TokenMixer` s.
         num_bands (int): Radial bands. Default: 16.
-        check_afno (bool): Check that the AFNO re-run reproduces the output. Default: True.
     """
 
-    def __init__(self, model: torch.nn.Module, num_bands: int = 16,
-                 check_afno: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, num_bands: int = 16) -> None:
         self.layers = mixer_layers(model)
-        self.num_bands, self.check_afno = num_bands, check_afno
+        self.num_bands = num_bands
         self.sums = defaultdict(lambda: defaultdict(lambda: 0.0))  # per mixer, calls included
         self.grids, self.handles = {}, []
 
@@ -162,8 +154,7 @@ class MixerProbe:
             sums['energy_in'] += radial_energy(x.detach(), hw_shape, self.num_bands)
             sums['energy_out'] += radial_energy(output.detach(), hw_shape, self.num_bands)
             if isinstance(module, AFNOMixer):
-                stats = afno_shrink_stats(module, x, hw_shape, self.num_bands,
-                                          output if self.check_afno else None)
+                stats = afno_shrink_stats(module, x, hw_shape, self.num_bands, output)
                 for key, value in stats.items():
                     sums[key] += torch.as_tensor(value, dtype=torch.float64)
             sums['calls'] += 1

@@ -136,8 +136,7 @@ def plot_compare(runs: list[tuple[str, dict, dict]], out_dir: Path) -> list[Path
     written = []
     with_erf = [run for run in runs if run[1].get('erf')]
     if with_erf:
-        fig, axes = new_figure(2, len(with_erf), figsize=(2.6 * len(with_erf), 4.4),
-                                 squeeze=False)
+        fig, axes = new_figure(2, len(with_erf), figsize=(2.6 * len(with_erf), 4.4), squeeze=False)
         for column, (label, results, arrays) in enumerate(with_erf):
             erf_panels(axes[:, column], arrays, results, label)
         fig.suptitle('effective receptive field, sqrt(|d out(centre)/d in| / peak); top: stage '

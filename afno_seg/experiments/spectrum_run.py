@@ -1,8 +1,6 @@
 """Spectral analysis of one checkpoint: load the model and images, probe, write JSON + arrays.
 
-:func:`run_spectrum` is ``tools/analysis/spectrum.py`` and the study's spectrum step. Images go
-through the config's test-time resize (or ``size``) and the model's own data preprocessor, so the
-backbone sees what it sees at test time.
+:func:`run_spectrum` is ``tools/analysis/spectrum.py`` and the study's spectrum step.
 """
 import json
 from pathlib import Path
@@ -21,11 +19,10 @@ def run_spectrum(config: str, checkpoint: str, out_dir: str | Path, images: list
                  num_images: int = 4, size: tuple[int, int] | None = None, num_bands: int = 16,
                  resample_factor: float = 2.0, erf: bool = True, title: str | None = None,
                  cfg_options: dict | None = None) -> tuple[dict, list[Path]]:
-    """``tools/analysis/spectrum.py CONFIG CHECKPOINT``: the segmentor loaded on the CPU by
-    :func:`afno_seg.deployment.load_segmentor` (read as data, refused unless it fits), probed on
-    ``images`` (default: the first ``num_images`` of the test split) and ERFs; JSON, arrays and
-    figures (titled ``title``, default the config's name) written into ``out_dir``. Returns the
-    results and the paths written."""
+    """``tools/analysis/spectrum.py CONFIG CHECKPOINT``: the segmentor (loaded on the CPU by
+    :func:`afno_seg.deployment.load_segmentor`) probed on ``images`` (default: the first
+    ``num_images`` of the test split) and ERFs; JSON, arrays and figures (titled ``title``, default
+    the config's name) written into ``out_dir``. Returns the results and the paths written."""
     from ..deployment.model import load_segmentor
     from .spectrum_plots import plot_run
     torch.set_grad_enabled(True)

@@ -1,12 +1,10 @@
-"""The mixer study (the AFNO paper's Table 4 as one command): train, evaluate, cost, tabulate.
+"""The mixer study of ``tools/analysis/mixer_study.py``: train, evaluate, count FLOPs.
 
 :func:`run_study` trains every run (:mod:`.study_plan`) not trained to its last iteration
-(resuming from its last checkpoint; torchrun with ``gpus > 1``), evaluates it at each scale whose
-metrics JSON is missing (the headline scale of every run first), optionally analyses the
-spectrum of each row's first seed, and counts each row's FLOPs. The step-time benchmark of all
-rows (:func:`pending_benchmark`) is run by ``tools/analysis/mixer_study.py``. Each step is a
-process of its own (:mod:`.study_jobs`) logging into ``logs/`` in the work dir; progress lines
-(``[k/n] row seed: phase``, the training iterations) go to stdout.
+(resuming; torchrun with ``gpus > 1``), evaluates it at each scale whose metrics JSON is missing
+(the headline scale of every run first), optionally analyses the spectrum of each row's first
+seed, and counts each row's FLOPs. Each step is a process of its own (:mod:`.study_jobs`) logging
+into ``logs/`` in the work dir; progress lines go to stdout.
 """
 import json
 import shlex
@@ -102,11 +100,8 @@ def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
 
 
 def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
-    """Run ``command``, its output into ``log_path``; training iterations echoed with ``prefix``;
-    a SIGTERM meanwhile stops it too.
-
-    Raises :class:`UserError` naming the log when it fails.
-    """
+    """Run ``command``, its output into ``log_path``, training iterations echoed with ``prefix``;
+    a SIGTERM meanwhile stops it too. A failure is a :class:`UserError` naming the log."""
     process = None
 
     def stop(signum, frame):  # noqa: ARG001
@@ -142,10 +137,8 @@ def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
                         f'Last lines:\n{tail}')
 
 
-def _run_one(run: Run, index: int, total: int, options: StudyOptions,
-             scales: list[float]) -> dict:
-    """Train one run and evaluate it at ``scales``, skipping what is done; returns what was
-    done."""
+def _run_one(run: Run, index: int, total: int, options: StudyOptions, scales: list[float]) -> dict:
+    """Train one run and evaluate it at ``scales``, skipping what is done; returns what it did."""
     prefix = f'[{index}/{total}] {run.name}:'
     cfg = load_config(run.row.train_config, cfg_options=parsed_cfg_options(options.cfg_options))
     max_iters = cfg.train_cfg.max_iters

@@ -2,22 +2,23 @@
 ``python -m afno_seg.experiments.study_jobs JOB '{"keyword": value, ...}'`` (:data:`JOBS`).
 
 A process per step: a clean allocator per training, and a SIGTERM or kill of the study loses
-only the step in flight (a training saves its checkpoint, exit 75). Each job is what its tool
-(``tools/train.py``, ``tools/test.py``, ``tools/analysis/spectrum.py``, ``get_flops.py``) does with
-the study's options, from the same library functions; a failure is one line, status 1.
+only the step in flight (a training saves its checkpoint, exit 75). Each job does what its tool
+does, from the same library functions; a failure is one line, status 1.
 """
 import json
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 __all__ = ['JOBS', 'evaluate', 'flops', 'parsed_cfg_options', 'spectrum', 'train']
 
 
 def parsed_cfg_options(raw: list[str]) -> dict:
-    """``key=value`` strings parsed as mmengine's ``DictAction`` does for ``--cfg-options``."""
+    """``key=value`` strings parsed by mmengine's ``DictAction``, as ``--cfg-options`` is."""
     from mmengine.config import DictAction
-    return {key: DictAction._parse_iterable(value)
-            for key, value in (option.split('=', 1) for option in raw)}
+    parsed = Namespace()
+    DictAction([], 'options')(None, parsed, raw)  # the public argparse Action call
+    return parsed.options
 
 
 def train(config: str, work_dir: str, cfg_options: list[str], resume: bool = False,

@@ -1,15 +1,10 @@
 """What a mixer study runs: rows (a config, optionally with its mixers swapped), seeds, commands.
 
-A *row* of the study table is one model: a config as given, or a config whose backbone mixers are
-replaced by a *mixer spec* (``--mixers``). A spec names variants of the mixer catalogue
-(:func:`afno_seg.mixers.mixer_variants`): ``gfn`` (every stage), ``afno+afno+esa+esa`` (one name
-per stage; the hybrid), optionally followed by ``:key=value`` settings applied to every stage's
-mixer dict, e.g. ``afno:sparsity_threshold=0.1``. A swapped row trains a config derived from the
-given one, written to ``configs/<row>.py`` in the work dir: each run's exact model stays on disk
-beside its checkpoints, ready for ``tools/test.py`` or ``tools/analysis/spectrum.py``.
-
-A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and
-``runs/<row>/seed<S>/eval_<scale>x`` (one ``tools/test.py`` work dir per evaluation scale).
+A *row* is one model of the table: a config as given, or the config with its backbone mixers
+replaced by a *mixer spec* (``--mixers`` of ``tools/analysis/mixer_study.py``), written to
+``configs/<row>.py`` in the work dir so that each run's exact model stays beside its checkpoints.
+A *run* is one row at one seed: ``runs/<row>/seed<S>/train`` (the training work dir) and one
+``tools/test.py`` work dir ``runs/<row>/seed<S>/eval_<scale>x`` per evaluation scale.
 """
 from dataclasses import dataclass
 from pathlib import Path

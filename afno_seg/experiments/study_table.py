@@ -1,10 +1,9 @@
 """The mixer study's results as the AFNO paper's Table 4 (Markdown + CSV) and plots.
 
-One record per row: params, mixer and total GFLOPs (``tools/analysis/get_flops.py``'s
-``summary``), mIoU mean +- std over seeds at every evaluation scale (``tools/test.py``'s metrics
-JSON), per-class IoU (parsed from the per-class table mmseg's ``IoUMetric`` logs beside it),
-training-step time, step peak memory and inference speed as ratios to the ESA row measured in the
-same benchmark run, and AFNO's soft-shrink sparsity (``spectrum.json``) where measured.
+One record per row: params and GFLOPs (``get_flops.py``'s ``summary``), mIoU mean +- std over
+seeds at every evaluation scale and per-class IoU (``tools/test.py``'s metrics JSON and log),
+step time, step memory and inference time as ratios to the ESA row of the same benchmark run, and
+AFNO's soft-shrink sparsity (``spectrum.json``) where measured.
 """
 import csv
 import json
