@@ -1,20 +1,18 @@
-"""A checkpoint that does not fit its model is refused, or summed up when fine-tuning: mmengine
-loads with ``strict=False`` and only warns, so a wrong file would run with random weights."""
-import logging
+"""A checkpoint that does not fit its model is refused, naming what differs: mmengine loads with
+``strict=False`` and only warns, so a wrong file would evaluate or export random weights."""
 import re
 from dataclasses import dataclass, field
 
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
 from mmengine.model import BaseTTAModel, is_model_wrapper
-from mmengine.runner import find_latest_checkpoint
+from mmengine.runner import find_latest_checkpoint, load_state_dict
 from torch import nn
 
 from .checkpoint import state_dict_of
 from .errors import UserError
 
-__all__ = ['CheckpointFitHook', 'CheckpointMismatchError', 'FitReport', 'compact', 'fit_report',
-           'load_state', 'log_fit', 'mixer_prefixes']
+__all__ = ['CheckpointFitHook', 'CheckpointMismatchError', 'FitReport', 'fit_report', 'load_state',
+           'mixer_prefixes']
 
 TRAINED_ADVICE = ('Pass the checkpoint trained with this config (or the config it was trained '
                   'with); a config may list tensors it expects to be new in checkpoint_new_keys.')
@@ -37,9 +35,9 @@ class FitReport:
 
 
 def fit_report(model: nn.Module, state: dict, source: str, new_prefixes=(), meta=None,
-               strict: bool = True, advice: str = TRAINED_ADVICE) -> FitReport:
+               advice: str = TRAINED_ADVICE) -> FitReport:
     """``model.state_dict()`` against ``state`` (of ``source``) by names and shapes; tensors under
-    ``new_prefixes`` may be absent, of another shape or extra. ``strict``: raise
+    ``new_prefixes`` may be absent, of another shape or extra. Raises
     :class:`CheckpointMismatchError` unless all others fit (``meta``: the checkpoint's)."""
     own, optional = model.state_dict(), tuple(new_prefixes or ())
     report = FitReport(total=len(own))
@@ -57,7 +55,7 @@ def fit_report(model: nn.Module, state: dict, source: str, new_prefixes=(), meta
             report.mismatched.append((key, tuple(theirs.shape), tuple(value.shape)))
     for key in (key for key in state if key not in own):
         (report.unused if key.startswith(optional) else report.unexpected).append(key)
-    if strict and (not report.loaded or report.missing or report.unexpected or report.mismatched):
+    if not report.loaded or report.missing or report.unexpected or report.mismatched:
         raise CheckpointMismatchError(f'{_describe(report, model, state, source, meta)} {advice}')
     return report
 
@@ -67,18 +65,6 @@ def mixer_prefixes(model: nn.Module) -> tuple[str, ...]:
     from ..mixers.base import TokenMixer
     return tuple(f'{name}.' for name, module in model.named_modules()
                  if isinstance(module, TokenMixer))
-
-
-def compact(keys) -> str:
-    """``layers.2.1.{0..17}.attn.w1, ...``: keys that differ only in their last index, folded."""
-    groups = {}
-    for key in keys:
-        parts = key.split('.')
-        at = max((i for i, part in enumerate(parts) if part.isdigit()), default=None)
-        pattern = key if at is None else '.'.join(parts[:at] + ['{}'] + parts[at + 1:])
-        groups.setdefault(pattern, []).extend([] if at is None else [int(parts[at])])
-    return ', '.join(pattern.replace('{}', f'{{{min(at)}..{max(at)}}}') if at else pattern
-                     for pattern, at in groups.items())
 
 
 def _describe(report: FitReport, model: nn.Module, state: dict, source: str, meta) -> str:
@@ -117,45 +103,27 @@ def _describe(report: FitReport, model: nn.Module, state: dict, source: str, met
     return text
 
 
-def log_fit(report: FitReport, source: str) -> None:
-    """One summary line, then the new and unused tensors by name (a transplant's new mixers)."""
-    mismatched = [key for key, _, _ in report.mismatched]
-    kept = report.new + report.missing + mismatched
-    unused = report.unused + report.unexpected + mismatched
-    lines = [f'{source}: loaded {len(report.loaded)} of the model\'s {report.total} tensors, '
-             f'skipped {len(unused)} checkpoint tensors (not in the model or of another shape); '
-             f'{report.total - len(report.loaded)} model tensors keep their initialisation']
-    if kept:
-        lines.append(f'newly initialised tensors ({len(kept)}): {compact(kept)}')
-    if unused:
-        lines.append(f'checkpoint tensors not used ({len(unused)}): {compact(unused)}')
-    print_log('\n'.join(lines), logger='current', level=logging.INFO)
-
-
 def load_state(model: nn.Module, state: dict, source: str, new_prefixes=(), meta=None,
-               advice: str = TRAINED_ADVICE, log: bool = True) -> FitReport:
-    """Load ``state`` (in the model's names) if it fits (:func:`fit_report`); :func:`log_fit`."""
-    report = fit_report(model, state, source, new_prefixes, meta, advice=advice)
-    model.load_state_dict({key: state[key] for key in report.loaded}, strict=False)
-    if log:
-        log_fit(report, source)
+               advice: str = TRAINED_ADVICE) -> FitReport:
+    """Load ``state`` (in the model's names) if it fits (:func:`fit_report`); mmengine's
+    ``load_state_dict`` logs the tensors not loaded by name (a transplant's new mixers)."""
+    report = fit_report(model, state, source, new_prefixes, meta, advice)
+    load_state_dict(model, state, strict=False, logger='current')
     return report
 
 
 class CheckpointFitHook(Hook):
-    """Checks each checkpoint the Runner loads (``load_from``, ``--resume``) against its model:
-    ``strict`` refuses a misfit (evaluation), else :func:`log_fit` (fine-tuning)."""
+    """Refuses a checkpoint the Runner loads (``load_from``, ``--resume``: evaluation) that does
+    not fit its model (:func:`fit_report`)."""
     priority = 'VERY_HIGH'
 
-    def __init__(self, strict: bool = True, new_prefixes=()):
-        self.strict, self.new_prefixes = strict, tuple(new_prefixes or ())
+    def __init__(self, new_prefixes=()):
+        self.new_prefixes = tuple(new_prefixes or ())
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         model = model.module if isinstance(model, BaseTTAModel) else model
         # what mmengine's load_or_resume reads: load_from, else the work_dir's last_checkpoint
         source = runner.cfg.get('load_from') or find_latest_checkpoint(runner.work_dir)
-        report = fit_report(model, state_dict_of(checkpoint), source, self.new_prefixes,
-                            checkpoint.get('meta'), self.strict)
-        if not self.strict:
-            log_fit(report, source)
+        fit_report(model, state_dict_of(checkpoint), source, self.new_prefixes,
+                   checkpoint.get('meta'))
