@@ -271,10 +271,8 @@ def test_pretrained_backbone_from_a_segmentor_checkpoint_loads_every_tensor(trai
     cfg = Config.fromfile(TINY_CONFIG).model.backbone
     backbone = MixerMiT(**{k: v for k, v in cfg.items() if k not in ('type', 'init_cfg')})
     reads = count_reads(monkeypatch, trained)
-    report = load_pretrained_mit(backbone, str(trained), prefix='backbone.')
+    load_pretrained_mit(backbone, str(trained), prefix='backbone.')
     assert reads == [False]
-    total = len(backbone.state_dict())
-    assert len(report.loaded) == total and report.new == [] and report.unused == []
     state = torch.load(trained, weights_only=False)['state_dict']
     assert all(torch.equal(value, state[f'backbone.{key}'])
                for key, value in backbone.state_dict().items())

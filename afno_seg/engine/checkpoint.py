@@ -1,7 +1,6 @@
 """Checkpoints are read as data, never run as code: mmengine's loader unpickles anything, and
 torch's ``weights_only`` load refuses mmengine's own checkpoints. One reader for every prefix of
-mmengine's ``CheckpointLoader``; ``--trust-checkpoint`` is the opt-in (docs/security.md).
-"""
+mmengine's ``CheckpointLoader``; ``--trust-checkpoint`` is the opt-in (docs/security.md)."""
 import contextlib
 import json
 import logging
@@ -124,9 +123,8 @@ def load_checkpoint_file(filename: str, map_location='cpu') -> dict:
         if path.lower().endswith('.safetensors'):
             from safetensors import safe_open  # pinned in requirements.txt; maps lazily anyway
             with safe_open(path, framework='pt', device='cpu') as handle:
-                header, state_dict = handle.metadata() or {}, handle.get_tensors()
-            return dict(state_dict=state_dict,
-                        meta=json.loads(header.get(SAFETENSORS_META_KEY, '{}')))
+                meta = json.loads((handle.metadata() or {}).get(SAFETENSORS_META_KEY, '{}'))
+                return dict(state_dict=handle.get_tensors(), meta=meta)
         if _trusted:
             print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
                       logger='current', level=logging.WARNING)
@@ -182,8 +180,7 @@ def without_config_text(checkpoint):
 
 
 def load_from_safe_loader(filename: str, map_location=None, *args, **kwargs) -> dict:
-    """mmengine's ``CheckpointLoader`` for every prefix (logged as "safe_loader"): the file read,
-    its config text set aside."""
+    """mmengine's ``CheckpointLoader`` for every prefix: the file read, config text set aside."""
     return without_config_text(load_checkpoint_file(filename, map_location or 'cpu'))
 
 

@@ -52,7 +52,6 @@ class StopSignals:
         return True
 
     def uninstall(self, ignore: bool = False) -> None:
-        # ignore: SIG_IGN in one step, for a failing process whose message a SIGTERM would cut
         if StopSignals.current is self:
             for number, handler in self._previous.items():
                 signal.signal(number, signal.SIG_IGN if ignore else handler)
@@ -97,9 +96,8 @@ class AtomicCheckpointHook(CheckpointHook):
     ``()`` keeps Python's) before raising :class:`TrainingInterrupted`. Distributed, the ranks agree
     on those (one all-reduce) every ``agree_every`` iterations (Default: 10) and at the last."""
 
-    def __init__(self, *args, interval_minutes: float | None = None,
-                 stop_signals: Sequence[str] = STOP_SIGNALS, agree_every: int = 10,
-                 **kwargs) -> None:
+    def __init__(self, *args, interval_minutes: float | None = None, agree_every: int = 10,
+                 stop_signals: Sequence[str] = STOP_SIGNALS, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.interval_minutes, self.agree_every = interval_minutes, agree_every
         self._stop, self._last_save_time = StopSignals(stop_signals), 0.0
@@ -126,8 +124,7 @@ class AtomicCheckpointHook(CheckpointHook):
             self.save(runner, '')
         if not (last or get_world_size() < 2 or self.every_n_train_iters(runner, self.agree_every)):
             return  # distributed, a request counts at an agreement only
-        due = self.interval_minutes is not None and (
-            now() - self._last_save_time >= 60 * self.interval_minutes)
+        due = now() - self._last_save_time >= 60 * (self.interval_minutes or float('inf'))
         requests = torch.tensor([float(self._stop.received or 0), float(due)])
         all_reduce(requests, op='max')  # any rank's: all stop after the same iteration
         name = signal.Signals(int(requests[0])).name if requests[0] else None
