@@ -24,7 +24,7 @@ check (:func:`~afno_seg.engine.checkpoint_fit.load_state`): every tensor outside
 must load (a miss means a wrong ``arch`` or a wrong file, cheaper found at start-up than after a
 160k-iteration run); mixer tensors load where name and shape match (efficient attention loads
 completely); classifiers (``head.*``, ``classifier.*``) and a decode head are skipped; the log
-names every tensor left out.
+names every tensor left out (mmengine's ``load_state_dict``).
 :func:`mit_position` reads ``layers.{stage}.{slot}[.{layer}.{part}]`` for the cost breakdown and
 the spectrum probe.
 """
@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from ..engine.checkpoint import CheckpointError, read_state_dict
-from ..engine.checkpoint_fit import CheckpointMismatchError, FitReport, load_state, mixer_prefixes
+from ..engine.checkpoint_fit import CheckpointMismatchError, load_state, mixer_prefixes
 
 __all__ = ['HF_WEIGHTS', 'MitPosition', 'check_hf_config', 'detect_layout', 'load_pretrained_mit',
            'mit_position', 'mit_state_dict', 'official_to_mmseg', 'transformers_to_official',
@@ -214,7 +214,7 @@ def check_hf_config(model: nn.Module, weights: str) -> None:
             'of the backbone\'s size or set model.backbone.arch to theirs')
 
 
-def load_pretrained_mit(model: nn.Module, path: str, prefix: str | None = None) -> FitReport:
+def load_pretrained_mit(model: nn.Module, path: str, prefix: str | None = None) -> None:
     """Load a MiT checkpoint (any layout) into ``model`` (a MixerMiT) under the policy above.
 
     Args:
@@ -222,15 +222,11 @@ def load_pretrained_mit(model: nn.Module, path: str, prefix: str | None = None) 
         path (str): Local checkpoint file, or a transformers folder (``config.json`` and
             ``model.safetensors`` or ``pytorch_model.bin``).
         prefix (str, optional): See :func:`mit_state_dict`. Default: None.
-
-    Returns:
-        FitReport: ``loaded``, ``new`` (mixer tensors left initialised), ``unused`` (checkpoint
-        mixer, classifier and decode-head tensors).
     """
     weights = weights_file(path)
     check_hf_config(model, weights)
     state, layout = mit_state_dict(read_state_dict(weights), prefix)
-    return load_state(model, state, f'pretrained {weights} ({layout} MiT layout)',
-                      mixer_prefixes(model) + ('head.', 'classifier.', 'decode_head.'),
-                      advice='Outside its token mixers a pretrained file must hold every tensor '
-                      'of the backbone: check the file and the backbone size (arch).')
+    load_state(model, state, f'pretrained {weights} ({layout} MiT layout)',
+               mixer_prefixes(model) + ('head.', 'classifier.', 'decode_head.'),
+               advice='Outside its token mixers a pretrained file must hold every tensor of the '
+               'backbone: check the file and the backbone size (arch).')

@@ -89,7 +89,6 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
     use_low_res_fusion(cfg.model)
     from mmseg.apis import init_model  # after the checks: importing it is the slow part
     model = init_model(cfg, None, device='cpu')  # built, not initialised: the file holds all
-    load_state(model, state_dict_of(loaded), checkpoint, cfg.get('checkpoint_new_keys', ()), meta,
-               log=False)
+    load_state(model, state_dict_of(loaded), checkpoint, cfg.get('checkpoint_new_keys', ()), meta)
     model.dataset_meta = dataset_meta_for(meta, cfg, checkpoint)
     return model.to(device).eval()

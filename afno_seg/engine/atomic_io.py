@@ -32,11 +32,10 @@ def _write_all(file, data: bytes, path: str) -> None:  # tests make a write slow
 
 def atomic_write(data: bytes | str, path, encoding: str = 'utf-8') -> None:
     """Replace ``path``'s content by all of ``data`` or nothing (:class:`SaveError`)."""
-    path = os.path.abspath(path)
+    path, temp = os.path.abspath(path), temp_name(path)
     data = data.encode(encoding) if isinstance(data, str) else data
-    folder, temp = os.path.dirname(path), temp_name(path)
     try:
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         # O_EXCL: never reuse someone else's file; 0o666 & ~umask, the mode open() would give
         with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), 'wb') as file:
             _write_all(file, data, path)
@@ -51,7 +50,7 @@ def atomic_write(data: bytes | str, path, encoding: str = 'utf-8') -> None:
     finally:  # also on KeyboardInterrupt; after the rename there is nothing to remove
         with suppress(OSError):
             os.remove(temp)
-    descriptor = os.open(folder, os.O_RDONLY)
+    descriptor = os.open(os.path.dirname(path), os.O_RDONLY)
     with suppress(OSError):  # make the rename durable; some file systems cannot (NFS)
         os.fsync(descriptor)
     os.close(descriptor)

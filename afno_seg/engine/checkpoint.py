@@ -1,7 +1,6 @@
 """Checkpoints are read as data, never run as code: mmengine's loader unpickles anything, and
 torch's ``weights_only`` load refuses mmengine's own checkpoints. One reader for every prefix of
-mmengine's ``CheckpointLoader``; ``--trust-checkpoint`` is the opt-in (docs/security.md).
-"""
+mmengine's ``CheckpointLoader``; ``--trust-checkpoint`` is the opt-in (docs/security.md)."""
 import contextlib
 import json
 import logging
@@ -13,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 import torch
-from mmengine import runner as mmengine_runner
 from mmengine.dist import barrier, get_dist_info
-from mmengine.logging import print_log
+from mmengine.logging import HistoryBuffer, print_log
+from mmengine.runner import CheckpointLoader
 from torch import Tensor
 from torch.hub import download_url_to_file, get_dir
 from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
@@ -31,18 +31,6 @@ TRUST_HELP = ('load checkpoint files as full pickles (may run code they contain)
               'you trust that the safe loader refuses')
 SAFETENSORS_META_KEY = 'afno_seg.meta'  # the JSON-encoded ``meta`` in a .safetensors header
 
-#: Pickled name -> where it lives: what mmengine 0.10.7 (``HistoryBuffer`` of NumPy values), mmseg,
-#: mmpretrain and our ``rng_state`` need beyond torch's allowlist (NumPy 1 and 2 names). A NumPy 2
-#: dtype is built as an instance of its class: every fixed-size numeric and bool class is allowed.
-ALLOWED_GLOBALS = {
-    'mmengine.logging.history_buffer.HistoryBuffer':
-        'mmengine.logging.history_buffer:HistoryBuffer',
-    'numpy.ndarray': 'numpy:ndarray', 'numpy.dtype': 'numpy:dtype',
-    **{f'numpy.{core}.multiarray.{name}': f'numpy:_core.multiarray.{name}'
-       for core in ('core', '_core') for name in ('_reconstruct', 'scalar')},
-    **{f'numpy.dtypes.{kind}DType': f'numpy:dtypes.{kind}DType' for kind in (
-        'Bool', 'Float16', 'Float32', 'Float64', 'Int8', 'Int16', 'Int32', 'Int64', 'UInt8',
-        'UInt16', 'UInt32', 'UInt64')}}
 _trusted = False  # inside trusted_checkpoints(True): the one command's opt-in
 
 
@@ -51,21 +39,26 @@ class CheckpointError(UserError):
 
 
 class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint whose pickle needs a global outside :data:`ALLOWED_GLOBALS`."""
+    """A checkpoint whose pickle needs a global outside the allowlist."""
 
 
 def _history_buffer_getattr(owner, name: str):
     """``builtins.getattr`` for ``HistoryBuffer``'s pickled statistics methods, nothing else."""
-    from mmengine.logging import HistoryBuffer
     if owner is not HistoryBuffer or name not in ('current', 'max', 'mean', 'min'):
         raise UnsafeCheckpointError(f'builtins.getattr({owner!r}, {name!r})')
     return getattr(HistoryBuffer, name)
 
 
-_ALLOWLIST = [(_history_buffer_getattr, 'builtins.getattr')]  # (object, pickled name) pairs
-for _name, _target in ALLOWED_GLOBALS.items():
-    with contextlib.suppress(AttributeError):  # e.g. a dtype class this NumPy does not have
-        _ALLOWLIST.append((pkgutil.resolve_name(_target), _name))
+# What mmengine 0.10.7 (``HistoryBuffer`` of NumPy values), mmseg, mmpretrain and our
+# ``rng_state`` need beyond torch's allowlist, NumPy 1 and 2 names. A NumPy 2 dtype is built as an
+# instance of its class: every fixed-size numeric and bool class is allowed.
+_ALLOWLIST = [
+    (_history_buffer_getattr, 'builtins.getattr'), HistoryBuffer, np.ndarray, np.dtype,
+    *(getattr(np.dtypes, f'{kind}DType') for kind in (
+        'Bool', 'Float16', 'Float32', 'Float64', 'Int8', 'Int16', 'Int32', 'Int64', 'UInt8',
+        'UInt16', 'UInt32', 'UInt64')),
+    *((pkgutil.resolve_name(f'numpy:_core.multiarray.{name}'), f'numpy.{core}.multiarray.{name}')
+      for core in ('core', '_core') for name in ('_reconstruct', 'scalar'))]
 
 
 @contextlib.contextmanager
@@ -77,15 +70,6 @@ def trusted_checkpoints(trust: bool = True) -> Iterator[None]:
         yield
     finally:
         _trusted = previous
-
-
-# mmengine 0.10.7's URL prefixes, each with its public name -> URL table.
-_URL_TABLES = {'torchvision://': mmengine_runner.get_torchvision_models,
-               'modelzoo://': mmengine_runner.get_torchvision_models,
-               'open-mmlab://': mmengine_runner.get_external_models,
-               'openmmlab://': mmengine_runner.get_external_models,
-               'mmcls://': mmengine_runner.get_mmcls_models}
-URL_PREFIXES = ('http://', 'https://', *_URL_TABLES)
 
 
 def _download(url: str) -> str:
@@ -110,7 +94,7 @@ def _download(url: str) -> str:
 
 def local_checkpoint_file(filename: str) -> str:
     """The local file a checkpoint argument stands for: what a folder's or a ``last_checkpoint``
-    file names (as ``--resume`` reads it), a URL of mmengine's schemes fetched, an existing path."""
+    file names (as ``--resume`` reads it), an http(s) URL's download, an existing path."""
     path = osp.expanduser(str(filename))
     if osp.isdir(path):
         path = osp.join(path, 'last_checkpoint')
@@ -121,39 +105,26 @@ def local_checkpoint_file(filename: str) -> str:
                                   'file (e.g. the latest iter_N.pth)')
         relative = '://' not in named and not osp.isabs(named) and not osp.exists(named)
         path = osp.join(osp.dirname(path), named) if relative else osp.expanduser(named)
-    if '://' not in path:
-        if not osp.isfile(path):
-            raise CheckpointError(f'checkpoint file not found: {path}')
-        return path
-    prefix = next((p for p in URL_PREFIXES if path.startswith(p)), None)
-    if prefix is None:
-        raise CheckpointError(f'{path}: afno_seg reads checkpoints from local files and '
-                              f'{", ".join(URL_PREFIXES)} URLs only; download it and pass its path')
-    name = path[len(prefix):]
-    if 'mmlab://' in prefix:  # renamed models, as mmengine follows them
-        name = mmengine_runner.get_deprecated_model_names().get(name, name)
-    url = _URL_TABLES[prefix]().get(name) if prefix in _URL_TABLES else path
-    if url is None:
-        raise CheckpointError(f'{path}: mmengine knows no checkpoint named {name!r}')
-    if '://' not in url:  # open-mmlab's table may name a file under mmengine's home (its rule)
-        home = os.getenv('MMENGINE_HOME', osp.join(os.getenv('XDG_CACHE_HOME', '~/.cache'),
-                                                    'mmengine'))
-        return local_checkpoint_file(osp.join(osp.expanduser(home), url))
-    return _download(url)
+    if path.startswith(('http://', 'https://')):
+        return _download(path)
+    if '://' in path:  # mmengine's name tables, pavi, s3, petrel, ...
+        raise CheckpointError(f'{path}: afno_seg reads checkpoints from local files and http(s) '
+                              'URLs only; download it and pass its path')
+    if not osp.isfile(path):
+        raise CheckpointError(f'checkpoint file not found: {path}')
+    return path
 
 
 def load_checkpoint_file(filename: str, map_location='cpu') -> dict:
     """A ``.pth`` (mmengine's dict or a state dict) or ``.safetensors`` (``dict(state_dict=,
-    meta=)``) checkpoint read as data; raises
-    :class:`UnsafeCheckpointError` for a global outside :data:`ALLOWED_GLOBALS`."""
+    meta=)``) read as data; :class:`UnsafeCheckpointError` for a global outside the allowlist."""
     path = local_checkpoint_file(filename)
     try:
         if path.lower().endswith('.safetensors'):
             from safetensors import safe_open  # pinned in requirements.txt; maps lazily anyway
             with safe_open(path, framework='pt', device='cpu') as handle:
-                header, state_dict = handle.metadata() or {}, handle.get_tensors()
-            return dict(state_dict=state_dict,
-                        meta=json.loads(header.get(SAFETENSORS_META_KEY, '{}')))
+                meta = json.loads((handle.metadata() or {}).get(SAFETENSORS_META_KEY, '{}'))
+                return dict(state_dict=handle.get_tensors(), meta=meta)
         if _trusted:
             print_log(f'{TRUST_FLAG}: loading {filename} as a full pickle (not checked for code)',
                       logger='current', level=logging.WARNING)
@@ -209,14 +180,11 @@ def without_config_text(checkpoint):
 
 
 def load_from_safe_loader(filename: str, map_location=None, *args, **kwargs) -> dict:
-    """mmengine's ``CheckpointLoader`` for every prefix (logged as "safe_loader"): the file read,
-    its config text set aside; ``mmcls://`` gives the backbone's state dict, as mmengine's does."""
-    checkpoint = without_config_text(load_checkpoint_file(filename, map_location or 'cpu'))
-    if str(filename).startswith('mmcls://'):
-        return dict(state_dict=state_dict_of(checkpoint, 'backbone.'))
-    return checkpoint
+    """mmengine's ``CheckpointLoader`` for every prefix: the file read, config text set aside."""
+    return without_config_text(load_checkpoint_file(filename, map_location or 'cpu'))
 
 
-# mmengine's other prefixes (pavi, Ceph/S3/petrel): refused by local_checkpoint_file, one line.
-for _prefix in ('', *URL_PREFIXES, 'pavi://', r'(\S+\:)?s3://', r'(\S+\:)?petrel://'):
-    mmengine_runner.CheckpointLoader.register_scheme(_prefix, load_from_safe_loader, force=True)
+# Every prefix mmengine 0.10.7 registers; all but http(s) refused by local_checkpoint_file.
+for _prefix in ('', 'http://', 'https://', 'torchvision://', 'modelzoo://', 'open-mmlab://',
+                'openmmlab://', 'mmcls://', 'pavi://', r'(\S+\:)?s3://', r'(\S+\:)?petrel://'):
+    CheckpointLoader.register_scheme(_prefix, load_from_safe_loader, force=True)

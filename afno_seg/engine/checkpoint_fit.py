@@ -1,20 +1,17 @@
-"""A checkpoint that does not fit its model is refused, or summed up when fine-tuning: mmengine
-loads with ``strict=False`` and only warns, so a wrong file would run with random weights."""
-import logging
+"""A checkpoint that does not fit its model is refused, naming what differs: mmengine loads with
+``strict=False`` and only warns, so a wrong file would evaluate or export random weights."""
 import re
-from dataclasses import dataclass, field
 
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
 from mmengine.model import BaseTTAModel, is_model_wrapper
-from mmengine.runner import find_latest_checkpoint
+from mmengine.runner import find_latest_checkpoint, load_state_dict
 from torch import nn
 
 from .checkpoint import state_dict_of
 from .errors import UserError
 
-__all__ = ['CheckpointFitHook', 'CheckpointMismatchError', 'FitReport', 'compact', 'fit_report',
-           'load_state', 'log_fit', 'mixer_prefixes']
+__all__ = ['CheckpointFitHook', 'CheckpointMismatchError', 'check_fit', 'load_state',
+           'mixer_prefixes']
 
 TRAINED_ADVICE = ('Pass the checkpoint trained with this config (or the config it was trained '
                   'with); a config may list tensors it expects to be new in checkpoint_new_keys.')
@@ -24,42 +21,40 @@ class CheckpointMismatchError(UserError, RuntimeError):
     """A checkpoint that does not hold the model's tensors."""
 
 
-@dataclass
-class FitReport:
-    """Model keys by fate; ``new``/``unused``: under the optional prefixes, not loaded."""
-    total: int
-    loaded: list = field(default_factory=list)
-    missing: list = field(default_factory=list)
-    unexpected: list = field(default_factory=list)
-    mismatched: list = field(default_factory=list)
-    new: list = field(default_factory=list)
-    unused: list = field(default_factory=list)
-
-
-def fit_report(model: nn.Module, state: dict, source: str, new_prefixes=(), meta=None,
-               strict: bool = True, advice: str = TRAINED_ADVICE) -> FitReport:
-    """``model.state_dict()`` against ``state`` (of ``source``) by names and shapes; tensors under
-    ``new_prefixes`` may be absent, of another shape or extra. ``strict``: raise
-    :class:`CheckpointMismatchError` unless all others fit (``meta``: the checkpoint's)."""
+def check_fit(model: nn.Module, state: dict, source: str, new_prefixes=(), meta=None,
+              advice: str = TRAINED_ADVICE) -> None:
+    """:class:`CheckpointMismatchError` unless ``state`` (of ``source``, with ``meta``) holds the
+    tensors of ``model`` by name and shape, nothing else; ones under ``new_prefixes`` may differ."""
     own, optional = model.state_dict(), tuple(new_prefixes or ())
-    report = FitReport(total=len(own))
-    for key, value in own.items():
-        theirs = state.get(key)
-        if theirs is not None and theirs.shape == value.shape:
-            report.loaded.append(key)
-        elif key.startswith(optional):
-            report.new.append(key)
-            if theirs is not None:
-                report.unused.append(key)
-        elif theirs is None:
-            report.missing.append(key)
-        else:
-            report.mismatched.append((key, tuple(theirs.shape), tuple(value.shape)))
-    for key in (key for key in state if key not in own):
-        (report.unused if key.startswith(optional) else report.unexpected).append(key)
-    if strict and (not report.loaded or report.missing or report.unexpected or report.mismatched):
-        raise CheckpointMismatchError(f'{_describe(report, model, state, source, meta)} {advice}')
-    return report
+    fits = {key for key, value in own.items() if key in state and state[key].shape == value.shape}
+    missing = [key for key in own if key not in state and not key.startswith(optional)]
+    mismatched = [(key, tuple(state[key].shape), tuple(value.shape)) for key, value in own.items()
+                  if key in state and key not in fits and not key.startswith(optional)]
+    unexpected = [key for key in state if key not in own and not key.startswith(optional)]
+    if not fits or missing or mismatched or unexpected:
+        prefixes, groups, problems = mixer_prefixes(model), {}, []
+        for key in missing:
+            group = 'backbone mixers' if key.startswith(prefixes) else key.split('.')[0]
+            groups.setdefault(group, []).append(key)
+        for group, keys in groups.items():
+            problems.append(f'{group}: {len(keys)} missing (e.g. {keys[0]})')
+            if group == 'backbone mixers':  # what the checkpoint holds there, what we build
+                held = sorted({'attn.' + re.sub(r'[._](weight|bias)$', '', key[len(prefix):])
+                               for key in state for prefix in prefixes if key.startswith(prefix)})
+                types = dict.fromkeys(type(model.get_submodule(p[:-1])).__name__ for p in prefixes)
+                problems[-1] += (f'; the checkpoint holds mixer tensors '
+                                 f'{", ".join(held[:6]) or "none"}{", ..." if held[6:] else ""}, '
+                                 f'the config builds {", ".join(types)}')
+        if mismatched:
+            key, theirs, ours = mismatched[0]
+            problems.append(f'{len(mismatched)} of other shape (e.g. {key}: checkpoint {theirs}, '
+                            f'model {ours})')
+        if unexpected:
+            problems.append(f'{len(unexpected)} not in the model (e.g. {unexpected[0]})')
+        raise CheckpointMismatchError(
+            f'checkpoint {source} {"does not fit" if fits else "holds no tensor of"} this model: '
+            f'found {len(fits)} of the model\'s {len(own)} tensors; '
+            f'{"; ".join(problems) or "empty state dict"}.{_trained_with(meta)} {advice}')
 
 
 def mixer_prefixes(model: nn.Module) -> tuple[str, ...]:
@@ -69,93 +64,39 @@ def mixer_prefixes(model: nn.Module) -> tuple[str, ...]:
                  if isinstance(module, TokenMixer))
 
 
-def compact(keys) -> str:
-    """``layers.2.1.{0..17}.attn.w1, ...``: keys that differ only in their last index, folded."""
-    groups = {}
-    for key in keys:
-        parts = key.split('.')
-        at = max((i for i, part in enumerate(parts) if part.isdigit()), default=None)
-        pattern = key if at is None else '.'.join(parts[:at] + ['{}'] + parts[at + 1:])
-        groups.setdefault(pattern, []).extend([] if at is None else [int(parts[at])])
-    return ', '.join(pattern.replace('{}', f'{{{min(at)}..{max(at)}}}') if at else pattern
-                     for pattern, at in groups.items())
-
-
-def _describe(report: FitReport, model: nn.Module, state: dict, source: str, meta) -> str:
-    """Counts, missing groups (mixers: held vs built), the run its meta names (text, never run)."""
-    prefixes, groups, problems = mixer_prefixes(model), {}, []
-    for key in report.missing:
-        group = 'backbone mixers' if key.startswith(prefixes) else key.split('.')[0]
-        groups.setdefault(group, []).append(key)
-    for group, keys in groups.items():
-        problems.append(f'{group}: {len(keys)} missing (e.g. {keys[0]})')
-        if group == 'backbone mixers':
-            held = sorted({'attn.' + re.sub(r'[._](weight|bias)$', '', key[len(prefix):])
-                           for key in state for prefix in prefixes if key.startswith(prefix)})
-            types = dict.fromkeys(type(model.get_submodule(p[:-1])).__name__ for p in prefixes)
-            problems[-1] += (f'; the checkpoint holds mixer tensors {", ".join(held[:6]) or "none"}'
-                             f'{", ..." if held[6:] else ""}, the config builds {", ".join(types)}')
-    if report.mismatched:
-        key, theirs, ours = report.mismatched[0]
-        problems.append(f'{len(report.mismatched)} of other shape (e.g. {key}: checkpoint '
-                        f'{theirs}, model {ours})')
-    if report.unexpected:
-        problems.append(f'{len(report.unexpected)} not in the model (e.g. {report.unexpected[0]})')
-    found = len(report.loaded)
-    text = (f'checkpoint {source} {"does not fit" if found else "holds no tensor of"} this '
-            f'model: found {found} of the model\'s {report.total} tensors; '
-            f'{"; ".join(problems) or "empty state dict"}.')
+def _trained_with(meta) -> str:
+    """The run and mixers an mmengine checkpoint's meta names (its config as text, never run)."""
     name = meta.get('experiment_name') if isinstance(meta, dict) else None
-    if isinstance(name, str):  # mmengine's meta: the run's name and its config as text
-        from ..mixers.catalogue import registered_mixers
-        config = str(meta.get('cfg') or meta.get('config_text') or '')
-        used = [t for t in dict.fromkeys(re.findall(r"type\s*=\s*['\"](\w+)['\"]", config))
-                if t in registered_mixers()]
-        name = re.sub(r'_\d{8}_\d{6}$', '', name)  # the run's timestamp
-        text += f' Its meta says it was trained with {name}' + (
-            f' (mixers {", ".join(used)}).' if used else '.')
-    return text
-
-
-def log_fit(report: FitReport, source: str) -> None:
-    """One summary line, then the new and unused tensors by name (a transplant's new mixers)."""
-    mismatched = [key for key, _, _ in report.mismatched]
-    kept = report.new + report.missing + mismatched
-    unused = report.unused + report.unexpected + mismatched
-    lines = [f'{source}: loaded {len(report.loaded)} of the model\'s {report.total} tensors, '
-             f'skipped {len(unused)} checkpoint tensors (not in the model or of another shape); '
-             f'{report.total - len(report.loaded)} model tensors keep their initialisation']
-    if kept:
-        lines.append(f'newly initialised tensors ({len(kept)}): {compact(kept)}')
-    if unused:
-        lines.append(f'checkpoint tensors not used ({len(unused)}): {compact(unused)}')
-    print_log('\n'.join(lines), logger='current', level=logging.INFO)
+    if not isinstance(name, str):
+        return ''
+    from ..mixers.catalogue import registered_mixers
+    config = str(meta.get('cfg') or meta.get('config_text') or '')
+    used = [t for t in dict.fromkeys(re.findall(r"type\s*=\s*['\"](\w+)['\"]", config))
+            if t in registered_mixers()]
+    name = re.sub(r'_\d{8}_\d{6}$', '', name)  # the run's timestamp
+    return f' Its meta says it was trained with {name}' + (
+        f' (mixers {", ".join(used)}).' if used else '.')
 
 
 def load_state(model: nn.Module, state: dict, source: str, new_prefixes=(), meta=None,
-               advice: str = TRAINED_ADVICE, log: bool = True) -> FitReport:
-    """Load ``state`` (in the model's names) if it fits (:func:`fit_report`); :func:`log_fit`."""
-    report = fit_report(model, state, source, new_prefixes, meta, advice=advice)
-    model.load_state_dict({key: state[key] for key in report.loaded}, strict=False)
-    if log:
-        log_fit(report, source)
-    return report
+               advice: str = TRAINED_ADVICE) -> None:
+    """Load ``state`` (in the model's names) if it fits (:func:`check_fit`); mmengine's
+    ``load_state_dict`` logs the tensors not loaded by name (a transplant's new mixers)."""
+    check_fit(model, state, source, new_prefixes, meta, advice)
+    load_state_dict(model, state, strict=False, logger='current')
 
 
 class CheckpointFitHook(Hook):
-    """Checks each checkpoint the Runner loads (``load_from``, ``--resume``) against its model:
-    ``strict`` refuses a misfit (evaluation), else :func:`log_fit` (fine-tuning)."""
+    """Refuses a checkpoint the Runner loads (``load_from``, ``--resume``) that does not fit."""
     priority = 'VERY_HIGH'
 
-    def __init__(self, strict: bool = True, new_prefixes=()):
-        self.strict, self.new_prefixes = strict, tuple(new_prefixes or ())
+    def __init__(self, new_prefixes=()):
+        self.new_prefixes = tuple(new_prefixes or ())
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         model = model.module if isinstance(model, BaseTTAModel) else model
         # what mmengine's load_or_resume reads: load_from, else the work_dir's last_checkpoint
         source = runner.cfg.get('load_from') or find_latest_checkpoint(runner.work_dir)
-        report = fit_report(model, state_dict_of(checkpoint), source, self.new_prefixes,
-                            checkpoint.get('meta'), self.strict)
-        if not self.strict:
-            log_fit(report, source)
+        check_fit(model, state_dict_of(checkpoint), source, self.new_prefixes,
+                  checkpoint.get('meta'))

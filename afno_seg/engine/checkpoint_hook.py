@@ -16,12 +16,8 @@ from mmengine.registry import HOOKS
 from .atomic_io import ATOMIC_BACKEND, atomic_write, remove_stale_temp_files
 
 INTERRUPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: tools/slurm_train.sh reruns on it
-SAME_EVENT_WINDOW_S = 1.0
 STOP_SIGNALS = ('SIGTERM', 'SIGINT', 'SIGUSR1')
-
-
-def now() -> float:  # a seam the tests replace
-    return time.monotonic()
+now = time.monotonic  # a seam the tests replace
 
 
 class TrainingInterrupted(Exception):
@@ -31,8 +27,8 @@ class TrainingInterrupted(Exception):
 
 class StopSignals:
     """Handlers (main thread only, one instance at a time) recording the first of ``signals``; one
-    more than ``SAME_EVENT_WINDOW_S`` later (Slurm, torchrun send copies) exits with 128 + signal
-    at the main thread's next bytecode (SIGKILL ends a process blocked in C)."""
+    more than a second later (Slurm, torchrun send copies) exits with 128 + signal at the main
+    thread's next bytecode (SIGKILL ends a process blocked in C)."""
     current = None  # the instance whose handlers are installed
 
     def __init__(self, signals: Sequence[str] = STOP_SIGNALS) -> None:
@@ -56,7 +52,6 @@ class StopSignals:
         return True
 
     def uninstall(self, ignore: bool = False) -> None:
-        # ignore: SIG_IGN in one step, for a failing process whose message a SIGTERM would cut
         if StopSignals.current is self:
             for number, handler in self._previous.items():
                 signal.signal(number, signal.SIG_IGN if ignore else handler)
@@ -65,7 +60,7 @@ class StopSignals:
     def _handle(self, number: int, frame) -> None:
         if self.received is None:
             self.received, self._first_at = signal.Signals(number), time.monotonic()
-        elif time.monotonic() - self._first_at >= SAME_EVENT_WINDOW_S:
+        elif time.monotonic() - self._first_at >= 1.0:
             os.write(2, f'\nsecond stop signal ({signal.Signals(number).name}): exiting now, '
                         'without a checkpoint of the current iteration\n'.encode())
             os._exit(128 + number)
@@ -75,13 +70,13 @@ class StopSignals:
 def stop_signals_released(ignore_on_error: bool = False) -> Iterator[None]:
     """Uninstall the current :class:`StopSignals` however the block ends (no hook runs when
     training raises); on an exception with ``ignore_on_error``, to ``SIG_IGN``."""
-    ignore = ignore_on_error
+    failed = ignore_on_error
     try:
         yield
-        ignore = False
+        failed = False
     finally:
         if StopSignals.current is not None:
-            StopSignals.current.uninstall(ignore)
+            StopSignals.current.uninstall(failed)
 
 
 def restart_count() -> tuple[str, int] | None:
@@ -101,9 +96,8 @@ class AtomicCheckpointHook(CheckpointHook):
     ``()`` keeps Python's) before raising :class:`TrainingInterrupted`. Distributed, the ranks agree
     on those (one all-reduce) every ``agree_every`` iterations (Default: 10) and at the last."""
 
-    def __init__(self, *args, interval_minutes: float | None = None,
-                 stop_signals: Sequence[str] = STOP_SIGNALS, agree_every: int = 10,
-                 **kwargs) -> None:
+    def __init__(self, *args, interval_minutes: float | None = None, agree_every: int = 10,
+                 stop_signals: Sequence[str] = STOP_SIGNALS, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.interval_minutes, self.agree_every = interval_minutes, agree_every
         self._stop, self._last_save_time = StopSignals(stop_signals), 0.0
@@ -123,35 +117,31 @@ class AtomicCheckpointHook(CheckpointHook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         if self.by_epoch:
             return
-        step = runner.iter + 1
+        last = self.is_last_train_iter(runner)
         scheduled = self.every_n_train_iters(runner, self.interval, self.save_begin) or (
-            self.save_last and self.is_last_train_iter(runner))
+            self.save_last and last)
         if scheduled:
-            self.save(runner, step, '')
-        # after that save (a signal during it needs no second one)
-        due = self.interval_minutes is not None and (
-            now() - self._last_save_time >= 60 * self.interval_minutes)
+            self.save(runner, '')
+        if not (last or get_world_size() < 2 or self.every_n_train_iters(runner, self.agree_every)):
+            return  # distributed, a request counts at an agreement only
+        due = now() - self._last_save_time >= 60 * (self.interval_minutes or float('inf'))
         requests = torch.tensor([float(self._stop.received or 0), float(due)])
-        if get_world_size() == 1 or self.every_n_train_iters(runner, self.agree_every) or \
-                self.is_last_train_iter(runner):
-            all_reduce(requests, op='max')  # any rank's: all stop after the same iteration
-        else:
-            requests.zero_()  # distributed, a request counts at an agreement only
+        all_reduce(requests, op='max')  # any rank's: all stop after the same iteration
         name = signal.Signals(int(requests[0])).name if requests[0] else None
-        if (name or requests[1]) and not scheduled:
-            self.save(runner, step, f' (stop signal {name})' if name else
+        if (name or requests[1]) and not scheduled:  # a signal during that save needs no other
+            self.save(runner, f' (stop signal {name})' if name else
                       f' ({self.interval_minutes:g} min since the last save)')
-        if name and step < runner.max_iters:
-            message = (f'{name} received: training stopped after iteration {step}; '
+        if name and not last:
+            message = (f'{name} received: training stopped after iteration {runner.iter + 1}; '
                        f'{self.last_ckpt} holds it and last_checkpoint names it. Run the same '
                        'command with --resume to continue.')
             runner.logger.warning(message)
             raise TrainingInterrupted(message)
 
-    def save(self, runner, step: int, reason: str) -> None:
+    def save(self, runner, reason: str) -> None:
         """Save, point ``last_checkpoint`` at it, then delete (a kill in between loses nothing)."""
+        step, outdated = runner.iter + 1, []
         runner.logger.info(f'Saving checkpoint at {step} iterations{reason}')
-        outdated = []
         if self.max_keep_ckpts > 0:
             if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
                 outdated.append(self.keep_ckpt_ids.popleft())
@@ -160,10 +150,9 @@ class AtomicCheckpointHook(CheckpointHook):
         self._last_save_time = now()
         self.last_ckpt = self.file_backend.join_path(self.out_dir, self.filename_tmpl.format(step))
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
-        runner.save_checkpoint(
-            self.out_dir, self.filename_tmpl.format(step), self.file_client_args,
+        runner.save_checkpoint(  # its meta: this epoch and iteration, as by_epoch=False says
+            self.out_dir, self.filename_tmpl.format(step), self.file_client_args, by_epoch=False,
             save_optimizer=self.save_optimizer, save_param_scheduler=self.save_param_scheduler,
-            meta=dict(epoch=runner.epoch, iter=step), by_epoch=False,
             backend_args=self.backend_args, **self.args)
         if is_main_process():
             atomic_write(self.last_ckpt, os.path.join(runner.work_dir, 'last_checkpoint'))

@@ -30,7 +30,6 @@ import torch
 
 from afno_seg.backbones.mit_checkpoint import mit_state_dict, weights_file
 from afno_seg.engine.checkpoint import TRUST_FLAG, TRUST_HELP, read_state_dict, trusted_checkpoints
-from afno_seg.engine.checkpoint_fit import compact
 from afno_seg.engine.errors import UserError
 
 
@@ -70,7 +69,7 @@ def main(argv=None) -> int:
     os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
     torch.save(converted, args.dst)
     print(f'{weights}: {len(state)} tensors ({layout}) -> {args.dst}: {len(converted)} tensors '
-          f'(mmseg layout); dropped: {compact(dropped) or "none"}')
+          f'(mmseg layout); dropped: {", ".join(dropped) or "none"}')
     return 0
 
 

@@ -86,7 +86,7 @@ def check_against(config: str, state: dict, name: str) -> str:
     cfg = load_config(config, pretrained=False)
     cfg.model.backbone.init_cfg = None
     init_default_scope('mmseg')
-    load_state(MODELS.build(cfg.model), state, name, log=False)
+    load_state(MODELS.build(cfg.model), state, name)
     return cfg.filename
 
 
