@@ -27,7 +27,7 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
     wrapper = cfg.get('optim_wrapper')
     if wrapper is None:
         return 'fp32'
-    kind = wrapper.get('type')
+    kind = wrapper.setdefault('type', 'OptimWrapper')  # mmengine's default
     if requested != 'auto' and kind not in _WRAPPERS:
         raise UserError(f'--precision {requested} needs optim_wrapper.type in {_WRAPPERS}; the '
                         f'config has {kind!r}')

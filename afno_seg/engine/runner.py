@@ -179,7 +179,6 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
     preflight.check_pretrained(cfg, from_scratch)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
     runner = build_runner(cfg, loaders, precision)
-    runner.register_hook(CheckpointFitHook(strict=False))  # one summary line per loaded file
     with trusted_checkpoints(trust):
         runner.train()
     results.print_results(results.train_results(runner))
@@ -197,8 +196,7 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
     if edit is not None:
         edit(cfg)
     runner = build_runner(cfg, ['test_dataloader'])
-    runner.register_hook(CheckpointFitHook(strict=True,
-                                           new_prefixes=cfg.get('checkpoint_new_keys', ())))
+    runner.register_hook(CheckpointFitHook(cfg.get('checkpoint_new_keys', ())))
     with trusted_checkpoints(trust):
         metrics = runner.test()
     results.print_results(results.test_results(runner, metrics))
