@@ -25,9 +25,15 @@ from afno_seg.engine.dataloader_faults import (
     explain_worker_failure,
 )
 from afno_seg.engine.distributed import process_running
-from afno_seg.engine.errors import error_chain as _chain
 
 from conftest import ROOT, make_runner
+
+
+def _chain(error):
+    """``error`` and what it was raised from or during."""
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 @TRANSFORMS.register_module(force=True)

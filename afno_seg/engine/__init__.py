@@ -1,6 +1,5 @@
-"""OpenMMLab extensions the tools need; importing this registers them: the safe checkpoint loader,
-the atomic file backend, the checkpoint, random-state and non-finite-loss hooks, the CPU autocast
-optim wrappers and :class:`~.runner.AfnoSegRunner`. Re-exported: the names used outside."""
+"""The mmengine extensions the tools need (safe checkpoint loader, hooks, optim wrappers, runner),
+registered on import; re-exported: the names used outside."""
 # ruff: noqa: F401
 from . import random_state
 from .atomic_io import SaveError, atomic_write, remove_stale_temp_files

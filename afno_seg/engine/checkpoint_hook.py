@@ -26,9 +26,8 @@ class TrainingInterrupted(Exception):
 
 
 class StopSignals:
-    """Handlers (main thread only, one instance at a time) recording the first of ``signals``; one
-    more than a second later (Slurm, torchrun send copies) exits with 128 + signal at the main
-    thread's next bytecode (SIGKILL ends a process blocked in C)."""
+    """Handlers (main thread, one instance at a time) recording the first of ``signals``; one more
+    a second later (Slurm, torchrun send copies) exits, 128 + signal, at the next bytecode."""
     current = None  # the instance whose handlers are installed
 
     def __init__(self, signals: Sequence[str] = STOP_SIGNALS) -> None:

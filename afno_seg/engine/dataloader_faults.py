@@ -1,7 +1,6 @@
 """A data-loader worker killed or stuck is one line naming it and its sample (PyTorch names a pid,
 or waits forever); a stop signal sent to every process of the job reaches the main process alone,
-and a worker whose parent died exits. docs/reliability.md, "Data-loader workers".
-"""
+and a worker whose parent died exits. docs/reliability.md, "Data-loader workers"."""
 import multiprocessing
 import os
 import signal

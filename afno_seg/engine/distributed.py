@@ -1,6 +1,5 @@
 """Distributed runs on CPUs (gloo) under torchrun or Slurm (mmengine 0.10.7's ``init_dist`` needs
-CUDA), and one line naming a rank that died (torch names an address). docs/reliability.md.
-"""
+CUDA), and one line naming a rank that died (torch names an address). docs/reliability.md."""
 import datetime
 import os
 import socket
@@ -10,7 +9,7 @@ import time
 import torch.distributed as dist
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 
-from .errors import UserError, error_chain
+from .errors import UserError
 
 __all__ = ['explain_collective_failure', 'init_cpu_process_group', 'process_running',
            'record_peers', 'slurm_rendezvous_environment']
@@ -78,8 +77,10 @@ def explain_collective_failure(error: BaseException, iteration: int | None = Non
     or gloo's plain ``RuntimeError`` (pinned in tests/test_dead_rank.py) from a collective (in
     ``iteration``, if known); a ``DistError`` with none dead here blames the other hosts; else
     None. A hung rank keeps torch's timeout error."""
-    cause = next((e for e in error_chain(error)
-                  if isinstance(e, dist.DistError) or type(e) is RuntimeError), None)
+    cause = error  # it, or what it was raised from or during
+    while cause is not None and not isinstance(cause, dist.DistError) \
+            and type(cause) is not RuntimeError:
+        cause = cause.__cause__ or cause.__context__
     if get_world_size() == 1 or not _peers or cause is None:
         return None
     rank, host = get_rank(), socket.gethostname()

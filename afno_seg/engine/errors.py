@@ -1,6 +1,6 @@
 """Errors a user can act on: the tools print the message alone, without a traceback."""
 
-__all__ = ['UserError', 'check_device', 'error_chain']
+__all__ = ['UserError', 'check_device']
 
 
 class UserError(Exception):
@@ -13,11 +13,3 @@ def check_device(device: str) -> None:
     if str(device).startswith('cuda') and not torch.cuda.is_available():
         raise UserError(f'--device {device}: no CUDA device is available here (use --device cpu)')
 
-
-def error_chain(error: BaseException | None):
-    """``error`` and its causes (``__cause__``, else ``__context__``), each once."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__

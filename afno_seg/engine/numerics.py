@@ -1,7 +1,6 @@
 """A NaN/Inf loss stops training before the optimizer step, naming the iteration and the first
 module whose output went non-finite (mmengine trains on, writing NaN into every weight); a loss
-scaler's skips end training after ``max_skipped_in_a_row``. docs/reliability.md, "NaN and Inf".
-"""
+scaler's skips end training after ``max_skipped_in_a_row``. docs/reliability.md, "NaN and Inf"."""
 from functools import partial
 
 import torch

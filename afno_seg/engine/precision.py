@@ -57,9 +57,8 @@ def apply_precision(cfg: Config, requested: str = 'auto', cuda: bool | None = No
     return chosen
 
 
-# Under compile=True mmengine compiles the whole train_step; traced, the optimizer step fails in
-# torch 2.14 on mmengine's ConfigDict param groups, and a learning rate changing every iteration
-# would recompile. AfnoSegRunner builds EagerStep<type> under compile in place of the config's.
+# compile=True traces mmengine's train_step, whose optimizer step fails on ConfigDict param groups
+# (torch 2.14) or recompiles as the learning rate moves: AfnoSegRunner builds EagerStep<type>.
 _eager_update_params = torch.compiler.disable(OptimWrapper.update_params)
 
 

@@ -1,7 +1,6 @@
 """A resumed run draws the random numbers of one that never stopped (mmengine restores no random
 generator: dropout and drop-path restart from the seed, and validation shifts every later draw).
-Needs a fixed ``randomness.seed`` (not checked); docs/reliability.md, "Kill and resume".
-"""
+Needs a fixed ``randomness.seed`` (not checked); docs/reliability.md, "Kill and resume"."""
 import random
 
 import numpy as np
