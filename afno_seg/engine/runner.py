@@ -206,12 +206,13 @@ def run_tool(main: Callable[[], None]) -> int:
     """A tool's main as its exit status (main's own int, else 0): 1 with the message alone on
     stderr for a :class:`UserError`, a dead or stuck loader worker, a dead rank; 75 for a stop
     signal (:class:`~.checkpoint_hook.TrainingInterrupted`)."""
-    code, peers_lost, token = 0, False, _IN_TOOL.set(True)
+    code, peers_lost, failed, token = 0, False, False, _IN_TOOL.set(True)
     try:
         code = result if isinstance(result := main(), int) else 0
     except TrainingInterrupted as stop:
         code = stop.exit_code
     except Exception as error:
+        failed = True
         message = str(error) if isinstance(error, UserError) else explain_worker_failure(error)
         if message is None:
             iteration = MessageHub.get_current_instance().get_info('iter')  # None: no training
@@ -225,13 +226,13 @@ def run_tool(main: Callable[[], None]) -> int:
     finally:
         _IN_TOOL.reset(token)
         if is_distributed() and not peers_lost:
-            with suppress(RuntimeError):  # a peer already failed: leave anyway
-                torch.distributed.barrier()
+            with suppress(RuntimeError):  # a peer failed during it: leave anyway
+                if not failed:  # after a failure the others may hang in a collective
+                    torch.distributed.barrier()
             gc.collect()  # the cycles that hold DDP's reducer
             torch.distributed.destroy_process_group()
-    # A lost peer: destroying the group could wait for it. torchrun's and Slurm's ranks: gloo
-    # threads held by DDP objects could abort (SIGABRT) at interpreter exit, and a fast exit
-    # narrows srun's kill-on-bad-exit window after a 75.
+    # At once when a peer is lost (destroying the group could wait for it), and in torchrun's and
+    # Slurm's ranks (gloo threads could abort at exit; srun kills on a bad exit after a 75).
     if peers_lost or 'TORCHELASTIC_RUN_ID' in os.environ or 'SLURM_STEP_ID' in os.environ:
         sys.stdout.flush()
         sys.stderr.flush()
