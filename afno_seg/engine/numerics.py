@@ -88,9 +88,10 @@ class NonFiniteLossHook(Hook):
         bad, self._bad = self._bad, None  # None after the step: it ran (a scaler found it finite)
         if bad is None or self._scaling:
             return
-        grad = next((p.grad for group in optimizer.param_groups for p in group['params']
-                     if p.grad is not None), None)
-        bad = bad if grad is None else bad | ~torch.isfinite(grad.view(-1)[0])  # another rank's
+        if get_world_size() > 1:  # another rank's non-finite loss: a NaN gradient here
+            grad = next((p.grad for group in optimizer.param_groups for p in group['params']
+                         if p.grad is not None), None)
+            bad = bad if grad is None else bad | ~torch.isfinite(grad.view(-1)[0])
         if bool(bad):  # the one host sync a step needs: the step must not run
             raise NonFiniteLossError(self._describe(stop=True))
 
