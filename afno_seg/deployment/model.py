@@ -13,7 +13,7 @@ from ..engine.checkpoint import load_checkpoint_file, state_dict_of
 from ..engine.checkpoint_fit import load_state
 from ..engine.errors import UserError, check_device
 from ..engine.preflight import check_model_types
-from ..engine.runner import check_config_path, load_config
+from ..engine.runner import load_config
 
 __all__ = ['dataset_meta_for', 'load_segmentor', 'set_inference_mode']
 
@@ -79,8 +79,8 @@ def load_segmentor(config: str, checkpoint: str, device: str = 'cpu',
         The ``EncoderDecoder`` in eval mode on ``device``, with ``model.cfg`` and
         ``model.dataset_meta``; a ``SegformerHead`` is built as ``LowResFusionSegformerHead``.
     """
-    check_config_path(config, checkpoint)  # missing, or swapped with the checkpoint: one line
-    cfg = load_config(config, cfg_options=cfg_options)
+    # a missing config, or one swapped with the checkpoint: one line
+    cfg = load_config(config, cfg_options=cfg_options, checkpoint=checkpoint)
     loaded = load_checkpoint_file(checkpoint, map_location='cpu')  # refused before any build
     meta = loaded.get('meta') if isinstance(loaded, dict) else None
     check_device(device)
