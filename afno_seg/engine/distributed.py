@@ -29,8 +29,15 @@ def slurm_rendezvous_environment(port: int | None = None) -> dict[str, str]:
     nodes = os.environ.get('SLURM_STEP_NODELIST') or os.environ.get('SLURM_NODELIST', '')
     address = os.environ.get('MASTER_ADDR') or nodes or '127.0.0.1'
     if address == nodes and any(c in nodes for c in '[,'):  # node[01-04],gpu7: Slurm expands
-        address = subprocess.run(['scontrol', 'show', 'hostnames', nodes], capture_output=True,
-                                 text=True, check=True).stdout.split()[0]
+        try:
+            address = subprocess.run(['scontrol', 'show', 'hostnames', nodes], capture_output=True,
+                                     text=True, check=True).stdout.split()[0]
+        except (OSError, subprocess.CalledProcessError, IndexError) as error:
+            detail = (getattr(error, 'stderr', '') or '').strip() or (
+                'no output' if isinstance(error, IndexError) else str(error))
+            raise UserError(f'--launcher slurm: cannot expand the node list {nodes} with `scontrol '
+                            f'show hostnames` ({detail.splitlines()[-1]}); set MASTER_ADDR to the '
+                            'first node of the step') from None
     if port is None:
         port = os.environ.get('MASTER_PORT') or 29500 + int(os.environ['SLURM_JOB_ID']) % 1000
     return dict(RANK=os.environ['SLURM_PROCID'], WORLD_SIZE=os.environ['SLURM_NTASKS'],
