@@ -7,6 +7,9 @@ this checkout. The block must succeed with no traceback, write only under ``data
 ``work_dirs/`` (a page's command never overwrites the page's own files), and its last line must
 name a result that exists under ``work_dirs/``. Every other block stays
 parsed only (tests/test_docs.py). Cost: the marked blocks' own run time (see the pages).
+
+A block after ``<!-- docs-test: run on the Slurm test cluster -->`` runs the same way, with the
+same checks, in tests/test_slurm.py, on the cluster that module starts (root and Slurm needed).
 """
 import os
 import re
@@ -21,18 +24,19 @@ import pytest
 from conftest import ROOT
 
 MARKER = '<!-- docs-test: run -->'
-BLOCK_RE = re.compile(re.escape(MARKER) + r'\n```(?:bash|sh)?\n(.*?)^```', re.M | re.S)
+SLURM_MARKER = '<!-- docs-test: run on the Slurm test cluster -->'
 PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
 OUTPUT_DIRS = {'data', 'work_dirs'}
 COPIED = ('tools', 'configs')
 
 
-def marked_blocks() -> list[tuple[str, str]]:
-    """(page:line, block text) of every marked block."""
-    blocks = []
+def marked_blocks(marker: str = MARKER) -> list[tuple[str, str]]:
+    """(page:line, block text) of every block marked with ``marker``."""
+    blocks, block_re = [], re.compile(re.escape(marker) + r'\n```(?:bash|sh)?\n(.*?)^```',
+                                      re.M | re.S)
     for page in PAGES:
         text = page.read_text()
-        for match in BLOCK_RE.finditer(text):
+        for match in block_re.finditer(text):
             line = text.count('\n', 0, match.start()) + 1
             blocks.append((f'{page.relative_to(ROOT)}:{line}', match.group(1)))
     return blocks
@@ -61,9 +65,15 @@ def written_outside(folder: Path, since: float) -> list[str]:
 
 @pytest.mark.parametrize('where,block', marked_blocks(), ids=[w for w, _ in marked_blocks()])
 def test_marked_example_runs_as_written(where, block, tmp_path):
+    run_as_written(where, block, tmp_path)
+
+
+def run_as_written(where: str, block: str, tmp_path: Path, **variables: str) -> str:
+    """Run ``block`` in a working copy under ``tmp_path`` (``variables`` added to its
+    environment) and check what the module's docstring says; returns the output."""
     folder = tmp_path / 'repo'
     folder.mkdir()
-    env = working_copy(folder)
+    env = {**working_copy(folder), **variables}
     since = time.time() - 1  # copies keep their files' times (copy2)
     before = checkout_outputs()
     result = subprocess.run(['bash', '-e', '-o', 'pipefail', '-c', block], cwd=folder, env=env,
@@ -80,6 +90,7 @@ def test_marked_example_runs_as_written(where, block, tmp_path):
     # A tool that ignores the working directory would write into this checkout instead.
     new = [path for path in checkout_outputs() - before if Path(path).name in block]
     assert not new, f'{where} wrote into the checkout, not the working directory: {new}'
+    return output
 
 
 def checkout_outputs() -> set[str]:

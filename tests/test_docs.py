@@ -5,7 +5,9 @@ data/README.md, BENCHMARKS.md) is parsed by the tool's own ``ArgumentParser`` (c
 tool builds it; parse only, the tool's work never runs); a shell launcher's arguments go to the
 tool it starts, and the environment variables a command sets must be read somewhere. Every
 repository path the pages name exists, every link lands on a file and, with ``#anchor``, on a
-heading, and every ``make`` target exists. Each check is shown to reject a broken line.
+heading, and every ``make`` target exists; no page links to the SegFormer release's dead weight
+hosts; a README block that trains says what data and weights it needs; ``make test`` says why
+tests were skipped. Each check is shown to reject a broken line.
 """
 import argparse
 import functools
@@ -15,6 +17,9 @@ import inspect
 import itertools
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -324,3 +329,55 @@ def test_no_issue_numbers_or_closing_notes(page):
     hits = re.findall(r'.{0,30}(?:\bissue[- ]?#?\d+|closing note).{0,30}', page.read_text(),
                       flags=re.I)
     assert not hits, f'{rel(page)} refers to the tracker, not to the code: {hits}'
+
+
+# The SegFormer release's weight links (its README's "Download ImageNet-1K pretrained weights"):
+# Google Drive and OneDrive, gone (docs/configs.md, "MiT ImageNet weights", has what serves them).
+DEAD_LINKS = re.compile(r'drive\.google\.com|onedrive\.live\.com|1drv\.ms|'
+                        r'Download ImageNet-1K pretrained weights', re.I)
+LINKED_PAGES = sorted({*PAGES, *(ROOT / 'docs').rglob('*.md')})
+
+
+def dead_links(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if DEAD_LINKS.search(line)]
+
+
+@pytest.mark.parametrize('page', LINKED_PAGES, ids=rel)
+def test_no_page_sends_readers_to_a_known_dead_link(page):
+    assert not dead_links(page.read_text()), f'{rel(page)}: {dead_links(page.read_text())}'
+
+
+def test_the_dead_link_check_rejects_the_release_links():
+    assert dead_links('weights: github.com/NVlabs/SegFormer, "Download ImageNet-1K pretrained '
+                      'weights"\nor https://drive.google.com/drive/folders/x')
+    assert not dead_links('`hf download nvidia/mit-b3`; licence: github.com/NVlabs/SegFormer')
+
+
+def test_readme_training_commands_say_what_they_need():
+    """A README block that trains names where its data and its pretrained weights come from (a
+    comment or the commands that fetch them), unless it trains the demo config, which needs
+    neither."""
+    readme = (ROOT / 'README.md').read_text()
+    silent = [block for block in FENCE_RE.findall(readme)
+              if re.search(r'tools/(?:dist_|slurm_)?train\.(?:py|sh)', block)
+              and 'configs/demo/' not in block
+              and not (re.search(r'\bdata/(?!pretrained)\w', block) and 'data/pretrained' in block)]
+    assert not silent, f'README.md: say what these need (data, MiT weights): {silent}'
+
+
+def test_make_test_says_why_tests_were_skipped(tmp_path):
+    """The command `make test` runs, on a file whose one test skips: the reason is printed
+    (pytest's -q alone prints only a count)."""
+    if shutil.which('make') is None:
+        pytest.skip('make is not installed')
+    dry_run = subprocess.run(['make', '-n', '-s', 'test', 'TEST_JOBS=0'], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout
+    command = next(shlex.split(line) for line in dry_run.splitlines() if ' -m pytest' in line)
+    assert command[1:3] == ['-m', 'pytest'], command
+    (tmp_path / 'test_skipping.py').write_text(
+        "import pytest\n\n\ndef test_skips():\n    pytest.skip('Slurm is not installed')\n")
+    result = subprocess.run([sys.executable, *command[1:], '-p', 'no:cacheprovider',
+                             'test_skipping.py'], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'SKIPPED [1] test_skipping.py:5: Slurm is not installed' in result.stdout, result.stdout

@@ -4,7 +4,8 @@
   equivariance (GFN, no position embedding), position-embedding resizing, strict loading.
 - Every config under configs/mmpretrain/: builds from mmpretrain's registry, passes the tools'
   preflight, carries the DeiT recipe its name promises, and (B3) has exactly the tensors of the
-  matching segmentation backbone; AFNO-ViT-S/16 has the paper's size.
+  matching segmentation backbone; AFNO-ViT-S/16 has the paper's size, also from a clone in a
+  folder named afno_seg, beside which a script still imports the package.
 - End to end: tools/train.py trains the tiny config on the generated set above chance,
   tools/test.py reports it, and the checkpoint initialises tests/configs/tiny_demo.py's segmentor
   with every backbone tensor and the same features. Slow: 2-process gloo, the real configs.
@@ -14,8 +15,10 @@ import glob
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -25,7 +28,7 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from mmpretrain.models.utils import resize_pos_embed
 
-import afno_seg  # noqa: F401
+import afno_seg
 from afno_seg.backbones.mixer_vit import MixerViT
 from afno_seg.engine import UserError, check_data_roots, check_model_types
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
@@ -193,7 +196,7 @@ def test_imagenet_config_follows_the_recipe(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('path', [p for p in IMAGENET_CONFIGS if 'mit-b3' in p],
+@pytest.mark.parametrize('path', [p for p in IMAGENET_CONFIGS if 'mit-b3' in os.path.basename(p)],
                          ids=os.path.basename)
 def test_b3_classifier_has_the_segmentation_backbone_tensors(path):
     """The hand-off loads everything: the B3 classifier's backbone has exactly the tensors of its
@@ -221,7 +224,7 @@ def afno_vit_s16_parameters(classes=1000, width=384, layers=12, blocks=8, grid=1
     return stem + layers * per_layer + 2 * width + classes * width + classes
 
 
-@pytest.mark.parametrize('path', [p for p in IMAGENET_CONFIGS if 'vit-s16' in p],
+@pytest.mark.parametrize('path', [p for p in IMAGENET_CONFIGS if 'vit-s16' in os.path.basename(p)],
                          ids=os.path.basename)
 def test_vit_config_builds_and_classifies(path):
     classifier = build_classifier(Config.fromfile(path))
@@ -230,10 +233,31 @@ def test_vit_config_builds_and_classifies(path):
     with torch.no_grad():
         logits = classifier(torch.zeros(2, 3, 64, 48), mode='tensor')  # other sizes work too
     assert tuple(logits.shape) == (2, 1000)
-    if 'afno' in path:
+    if 'afno' in os.path.basename(path):  # the file's name: a clone's folder may say afno too
         count = sum(p.numel() for p in classifier.parameters())
         assert count == afno_vit_s16_parameters()
         assert 15.5e6 < count < 16.5e6  # "about 16M" (AFNO paper, Table 5)
+
+
+def test_the_vit_check_holds_in_a_clone_folder_named_afno_seg(tmp_path):
+    """The configs of a clone in a folder named ``afno_seg``: FNet's is not taken for AFNO's (the
+    parameter count above is AFNO's)."""
+    shutil.copytree(ROOT / 'configs', tmp_path / 'afno_seg' / 'configs')
+    fnet, = glob.glob(str(tmp_path / 'afno_seg' / 'configs' / 'mmpretrain' / 'vit-s16_fnet_*.py'))
+    test_vit_config_builds_and_classifies(fnet)
+
+
+def test_a_folder_named_afno_seg_beside_a_script_does_not_hide_the_package(tmp_path):
+    """A script saved beside a clone whose folder is named ``afno_seg``: ``import afno_seg`` (a
+    config's ``custom_imports`` too) finds the package, not that folder as an empty namespace
+    package with nothing registered (pyproject.toml, ``package-dir``; a venv installed before
+    that change needs ``make install`` again)."""
+    (tmp_path / 'afno_seg' / 'configs').mkdir(parents=True)
+    (tmp_path / 'script.py').write_text(
+        "import importlib.util\nprint(importlib.util.find_spec('afno_seg').origin)\n")
+    result = subprocess.run([sys.executable, 'script.py'], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60)
+    assert result.stdout.strip() == str(Path(afno_seg.__file__)), result.stdout + result.stderr
 
 
 def test_missing_imagenet_is_reported():

@@ -1,5 +1,6 @@
-"""tools/slurm_train.sh on a real Slurm: a one-node cluster (Debian's slurmctld, slurmd and munge,
-Slurm 22.05) started by this module in a temporary folder and stopped after it.
+"""tools/slurm_train.sh on a real Slurm: the one-node cluster of tools/slurm_local_cluster.sh
+(Debian's slurmctld, slurmd and munge, Slurm 22.05), started once by this module in a temporary
+folder and stopped after it; docs/install.md's Slurm commands run as written on it, last.
 
 The partition has no GPUs: 2 tasks, ``--launcher slurm``, gloo. An ``sbatch --requeue`` job runs
 to completion; ``scancel --signal=USR1`` mid-run makes it checkpoint, exit 75 and requeue itself,
@@ -7,23 +8,19 @@ and the requeued job resumes and ends bitwise equal to the uninterrupted one; Sl
 warning (``srun --signal=USR1@lead``) makes it save before Slurm kills it.
 
 Without the packages (``.ci/run`` installs them as root) or without root the tests skip, saying
-why. The cluster: ``proctrack/linuxproc``, ``task/none``, ``cons_tres`` with ``CR_Core``,
-``SlurmUser=root``, munge with its own key and socket, free ports on localhost, one 2-CPU node
-``localhost`` in partition ``cpu``. Two settings make requeues quick: ``cred_expire=5`` (a
-requeued job may start that many seconds later, default 120) and ``sched_interval=1`` (pending
-jobs are looked at every second, default 60).
+why; the cluster's settings are the script's (its header).
 """
 import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from test_doc_examples import SLURM_MARKER, marked_blocks, run_as_written
 from test_preemption import MAX_ITERS, resumed_from, write_fault_config
 
 from afno_seg.engine.checkpoint_hook import INTERRUPTED_EXIT_CODE
@@ -42,39 +39,7 @@ from conftest import (
 
 DAEMONS = ('munged', 'slurmctld', 'slurmd')
 CLIENTS = ('sbatch', 'srun', 'scontrol', 'scancel', 'sinfo', 'squeue')
-START_TIMEOUT_S = 30
 JOB_TIMEOUT_S = 300
-
-SLURM_CONF = '''\
-ClusterName=afno
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={folder}/munge.socket,cred_expire=5
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/builtin
-SchedulerParameters=sched_interval=1
-MpiDefault=none
-ReturnToService=2
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-StateSaveLocation={folder}/state
-SlurmdSpoolDir={folder}/spool
-SlurmctldPidFile={folder}/slurmctld.pid
-SlurmdPidFile={folder}/slurmd.pid
-SlurmctldLogFile={folder}/slurmctld.log
-SlurmdLogFile={folder}/slurmd.log
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
-PartitionName=cpu Nodes=localhost Default=YES MaxTime=INFINITE State=UP
-'''
 
 # A test seam (custom_imports): wait before an iteration until a stop signal has arrived, so the
 # signal the test or Slurm sends lands at a known iteration however loaded the machine is.
@@ -111,60 +76,26 @@ class WaitForStopSignalHook(Hook):
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(('127.0.0.1', 0))
-        return probe.getsockname()[1]
-
-
 class SlurmCluster:
-    """munged, slurmctld and slurmd in the foreground as children of this process, configured in
-    ``folder``; ``env`` is what a client (sbatch, srun, scontrol) needs."""
+    """tools/slurm_local_cluster.sh's cluster in ``folder`` (its ``AFNO_SEG_SLURM_DIR``); ``env``
+    is what a client (sbatch, srun, scontrol) needs: the ``SLURM_CONF`` the script printed."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.processes: list[subprocess.Popen] = []
-        self.env = {'SLURM_CONF': str(folder / 'slurm.conf')}
+        self.env: dict[str, str] = {}
+
+    def script(self, command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(['bash', str(ROOT / 'tools' / 'slurm_local_cluster.sh'), command],
+                              env={**os.environ, 'AFNO_SEG_SLURM_DIR': str(self.folder)},
+                              capture_output=True, text=True, timeout=120)
 
     def start(self) -> None:
-        folder = self.folder
-        for name in ('state', 'spool'):
-            (folder / name).mkdir()
-        key = folder / 'munge.key'
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)  # munged refuses a key others can read
-        (folder / 'slurm.conf').write_text(SLURM_CONF.format(
-            folder=folder, ctld_port=free_port(), slurmd_port=free_port()))
-        conf = str(folder / 'slurm.conf')
-        self._spawn('munged', '--foreground', '--force', f'--socket={folder}/munge.socket',
-                    f'--key-file={key}', f'--pid-file={folder}/munged.pid',
-                    f'--log-file={folder}/munged.log', f'--seed-file={folder}/munged.seed')
-        self._wait(lambda: (folder / 'munge.socket').exists(), 'munged')
-        self._spawn('slurmctld', '-D', '-i', '-f', conf)
-        self._spawn('slurmd', '-D', '-N', 'localhost', '-f', conf)
-        self._wait(lambda: 'idle' in self.client('sinfo', '-h', '-N', '-o', '%T').stdout,
-                   'the node (sinfo)')
-
-    def _spawn(self, daemon: str, *arguments: str) -> None:
-        log = open(self.folder / f'{daemon}.out', 'w')
-        self.processes.append(subprocess.Popen([which(daemon), *arguments], stdout=log,
-                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        log.close()
-
-    def _wait(self, ready, what: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready():
-            stopped = [Path(p.args[0]).name for p in self.processes if p.poll() is not None]
-            if stopped or time.monotonic() > deadline:
-                raise RuntimeError(f'{", ".join(stopped) or what} did not start: '
-                                   f'{self.log_tail()}')
-            time.sleep(0.1)
-
-    def log_tail(self) -> str:
-        lines = []
-        for log in sorted(self.folder.glob('*.out')) + sorted(self.folder.glob('*.log')):
-            lines += [f'{log.name}: {line}' for line in log.read_text().splitlines()[-3:]]
-        return ' | '.join(lines)
+        result = self.script('start')
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip()[-3000:])
+        export = result.stdout.strip().splitlines()[-1]
+        assert re.fullmatch(r'export SLURM_CONF=\S+', export), result.stdout
+        self.env = dict([export.removeprefix('export ').split('=', 1)])
 
     def client(self, *command: str, check: bool = False) -> subprocess.CompletedProcess:
         return subprocess.run(command, env={**os.environ, **self.env}, capture_output=True,
@@ -185,19 +116,9 @@ class SlurmCluster:
         raise TimeoutError(f'job {job_id}: {fields}')
 
     def stop(self) -> None:
-        """Cancel what is left, then stop the daemons (slurmd last but one: job steps end first)."""
-        if any(p.poll() is None for p in self.processes[1:]):
-            self.client('scancel', '--user=root')
-            deadline = time.monotonic() + 30
-            while self.client('squeue', '-h').stdout.strip() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        for process in reversed(self.processes):
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        """The script's stop: the jobs left cancelled, then the daemons stopped."""
+        result = self.script('stop')
+        assert result.returncode == 0, result.stderr
 
 
 def which(tool: str) -> str | None:
@@ -209,8 +130,8 @@ def which(tool: str) -> str | None:
 def why_no_slurm() -> str | None:
     missing = [tool for tool in DAEMONS + CLIENTS if which(tool) is None]
     if missing:
-        return (f'Slurm is not installed (missing {", ".join(missing)}): on Debian apt-get install '
-                'slurmctld slurmd slurm-client munge, as .ci/run does when root')
+        return (f'Slurm is not installed (missing {", ".join(missing)}): as root, bash '
+                'tools/slurm_local_cluster.sh start installs it (Debian), as .ci/run does')
     if os.geteuid() != 0:
         return 'the test cluster runs its daemons as root (SlurmUser=root); not root here'
     return None
@@ -315,6 +236,29 @@ def test_slurm_task_environment_becomes_torchs(monkeypatch):
         slurm_rendezvous_environment()
 
 
+def test_install_md_gives_the_slurm_commands_that_the_last_test_runs():
+    """docs/install.md's Slurm block (the last test runs it as written) starts and stops the
+    cluster with the script, and its sbatch appends across requeues into a log under work_dirs/."""
+    blocks = marked_blocks(SLURM_MARKER)
+    assert [where.split(':')[0] for where, _ in blocks] == ['docs/install.md'], blocks
+    lines = blocks[0][1].replace('\\\n', ' ').splitlines()
+    assert 'tools/slurm_local_cluster.sh start' in lines[0], lines[0]
+    assert any(line.startswith('bash tools/slurm_local_cluster.sh stop') for line in lines)
+    sbatch_words = next(shlex.split(line) for line in lines if line.startswith('sbatch '))
+    assert {'--requeue', '--open-mode=append'} <= set(sbatch_words), sbatch_words
+    output = [word for word in sbatch_words if word.startswith('--output=work_dirs/')]
+    assert output and '%j' in output[0], sbatch_words
+
+
+def test_a_slurm_log_written_where_sbatch_ran_is_ignored_by_git():
+    if not (ROOT / '.git').exists() or shutil.which('git') is None:
+        pytest.skip('not a git checkout (or no git): .gitignore is not in use')
+    names = ['slurm-123.out', 'slurm-45_6.out', 'work_dirs/slurm/slurm-7.out']
+    result = subprocess.run(['git', 'check-ignore', '--no-index', *names], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.stdout.split() == names, result.stdout + result.stderr
+
+
 # --------------------------------------------------------------------------- on the cluster
 
 
@@ -326,10 +270,12 @@ def test_sbatch_requeue_job_trains_to_completion_on_a_cpu_partition(slurm, unint
     work_dir, fields, output = uninterrupted_job
     assert (fields['JobState'], fields['ExitCode'], fields['Restarts']) == ('COMPLETED', '0:0',
                                                                             '0'), output[-4000:]
-    assert 'distributed backend gloo' in output and 'Traceback' not in output
-    assert 'Distributed launcher: slurm' in output and 'GPU number: 2' in output  # 2 ranks
+    assert 'Traceback' not in output
+    run_log, = work_dir.glob('*/*.log')  # mmengine's record (the console may show less)
+    record = run_log.read_text()
+    assert 'Distributed launcher: slurm' in record and 'GPU number: 2' in record  # 2 ranks
+    assert "backend='gloo'" in record  # the config as run
     assert complete_checkpoint_named_by(work_dir) == MAX_ITERS
-    assert len(list(work_dir.glob('*/*.log'))) == 1
 
 
 @pytest.mark.slow
@@ -416,3 +362,18 @@ def seconds(run_time: str) -> int:
     """Slurm's ``[days-]hours:minutes:seconds`` as seconds (under a day here)."""
     hours, minutes, secs = map(int, run_time.split('-')[-1].split(':'))
     return hours * 3600 + minutes * 60 + secs
+
+
+@pytest.mark.slow
+def test_the_documented_slurm_commands_run_as_written(slurm, tmp_path):
+    """docs/install.md's block, run and checked as tests/test_doc_examples.py runs a page's
+    block, with the script's folder set to this module's cluster: its ``start`` finds the cluster
+    up (not a second one) and its ``stop`` stops it, so this test comes last in the module."""
+    (where, block), = marked_blocks(SLURM_MARKER)
+    output = run_as_written(where, block, tmp_path, AFNO_SEG_SLURM_DIR=str(slurm.folder))
+    assert 'slurm_local_cluster.sh: already running' in output, output[-4000:]
+    work_dir = tmp_path / 'repo' / 'work_dirs' / 'slurm'
+    assert len(list(work_dir.glob('slurm-*.out'))) == 1
+    run_log, = work_dir.glob('*/*.log')
+    assert 'Distributed launcher: slurm' in run_log.read_text()
+    assert complete_checkpoint_named_by(work_dir) == 4

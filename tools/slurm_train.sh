@@ -3,6 +3,10 @@
 # time limit.
 #   GPUS=16 bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG [train.py args]
 #   CPU partition: GPUS=2 GPUS_PER_NODE=0 CPUS_PER_TASK=1 bash tools/slurm_train.sh cpu job CONFIG
+#   As a requeueable batch job, every attempt appended to one log under work_dirs/ (Slurm truncates
+#   it on requeue otherwise; docs/install.md runs this on tools/slurm_local_cluster.sh's cluster):
+#     mkdir -p work_dirs/slurm && sbatch --requeue --signal=USR1@180 --open-mode=append \
+#         --output=work_dirs/slurm/slurm-%j.out --wrap "bash tools/slurm_train.sh ..."
 #
 # GPUS is the number of tasks (one process each); GPUS_PER_NODE=0 asks for no GPUs (no --gres,
 # which a partition without GPUs refuses), and tasks are then placed TASKS_PER_NODE to a node
