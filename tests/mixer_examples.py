@@ -37,14 +37,23 @@ def example_configs() -> dict[str, dict]:
 AFNO_GAIN = 25.0
 
 
+#: Gain on MSCA's output projection ``proj_2``: with torch's default initialisation its branch
+#: is 5-13% beside its internal residual ``+ x`` (C = 512 ... 16); times 10 it is 40-80%.
+MSCA_GAIN = 10.0
+
+
 def o1_branch(mixer):
-    """``mixer`` with AFNO's weights scaled by :data:`AFNO_GAIN` (other mixers unchanged: they
+    """``mixer`` with AFNO's (and AFF's: the same MLP, the same residual) weights scaled by
+    :data:`AFNO_GAIN`, MSCA's ``proj_2`` by :data:`MSCA_GAIN` (other mixers unchanged: they
     have no residual, or their output is all branch)."""
-    from afno_seg.mixers import AFNOMixer
-    if isinstance(mixer, AFNOMixer):
-        with torch.no_grad():
+    from afno_seg.mixers import AFFMixer, AFNOMixer, MSCAMixer
+    with torch.no_grad():
+        if isinstance(mixer, (AFFMixer, AFNOMixer)):
             for param in mixer.parameters():
                 param.mul_(AFNO_GAIN)
+        elif isinstance(mixer, MSCAMixer):
+            for param in mixer.proj_2.parameters():
+                param.mul_(MSCA_GAIN)
     return mixer
 
 

@@ -48,7 +48,8 @@ def test_catalogue_lists_the_projects_mixers():
     assert {'AFNOMixer', 'GlobalFilterMixer', 'FNetMixer', 'FNOMixer', 'AxialAttentionMixer',
             'EfficientSelfAttentionMixer', 'FullSelfAttentionMixer'} <= names
     variants = {entry.name: entry for entry in mixer_catalogue(include_unlisted=True)}
-    assert {'afno', 'afno25', 'gfn', 'fnet', 'fno', 'esa', 'sa', 'axial'} <= set(variants)
+    assert {'afno', 'afno25', 'gfn', 'fnet', 'fno', 'esa', 'sa', 'axial', 'ls', 'aff', 'dff',
+            'msca', 'pool'} <= set(variants)
     # A mixer's plain formula is a form (use_form('reference')), not a catalogue row.
     assert 'reference' in FORMS and not [name for name in variants if 'composed' in name]
     # Each declares its own variants: FullSelfAttentionMixer derives from ESA but is 'sa' only.
@@ -60,10 +61,12 @@ def test_spectral_and_stores_grid_are_derived():
     """``is_spectral``: an 'fft' FLOP term; ``stores_grid``: a ``base_hw_shape`` argument."""
     by_name = {cls.__name__: cls for cls in MMSEG_MODELS.module_dict.values()}
     spectral = {name for name in registered_mixers() if is_spectral(by_name[name])}
-    assert {'AFNOMixer', 'GlobalFilterMixer', 'FNetMixer', 'FNOMixer'} <= spectral
-    assert not spectral & {'EfficientSelfAttentionMixer', 'AxialAttentionMixer'}
+    assert {'AFNOMixer', 'AFFMixer', 'DynamicFilterMixer', 'GlobalFilterMixer', 'FNetMixer',
+            'FNOMixer'} <= spectral
+    assert not spectral & {'EfficientSelfAttentionMixer', 'AxialAttentionMixer', 'MSCAMixer',
+                           'PoolingMixer'}
     assert [name for name in registered_mixers() if stores_grid(by_name[name])] == \
-        ['GlobalFilterMixer']
+        ['DynamicFilterMixer', 'GlobalFilterMixer']
 
 
 def build(cls, kwargs, seed=0):

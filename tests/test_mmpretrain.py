@@ -31,6 +31,7 @@ from mmpretrain.models.utils import resize_pos_embed
 import afno_seg
 from afno_seg.backbones.mixer_vit import MixerViT
 from afno_seg.engine import UserError, check_data_roots, check_model_types
+from afno_seg.mixers import stores_grid
 from afno_seg.registry import MMPRETRAIN_MODELS, MMSEG_MODELS
 
 from conftest import ROOT, TINY_CONFIG, check, load_script, metrics_of, run_tool
@@ -200,7 +201,8 @@ def test_imagenet_config_follows_the_recipe(path):
                          ids=os.path.basename)
 def test_b3_classifier_has_the_segmentation_backbone_tensors(path):
     """The hand-off loads everything: the B3 classifier's backbone has exactly the tensors of its
-    segmentation counterpart (GFN after base_img_size=224 there, as docs/pretrain.md says)."""
+    segmentation counterpart (a mixer storing a grid, GFN or DFF, after base_img_size=224 there,
+    as docs/pretrain.md says)."""
     classifier = build_classifier(Config.fromfile(path))
     backbone = classifier.backbone.state_dict()
     with torch.no_grad():
@@ -208,7 +210,7 @@ def test_b3_classifier_has_the_segmentation_backbone_tensors(path):
     assert classifier.head.fc.in_features == feature.shape[1]
     seg_backbone_cfg = dict(Config.fromfile(segmentation_config_for(path)).model.backbone,
                             init_cfg=None)
-    if 'gfn' in os.path.basename(path):
+    if stores_grid(MMSEG_MODELS.get(seg_backbone_cfg['mixers']['type'])):
         seg_backbone_cfg['base_img_size'] = 224
     segmentation = MMSEG_MODELS.build(seg_backbone_cfg).state_dict()
     assert list(backbone) == list(segmentation)

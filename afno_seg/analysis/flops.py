@@ -2,7 +2,8 @@
 
 mmengine counts each ``aten::`` op of a ``torch.jit`` trace through a handle, and ops without one
 as zero: it has none for the FFTs, ``baddbmm`` (AFNO's block-diagonal MLP), complex element-wise
-products (GFN's filter) or ``scaled_dot_product_attention``, and its ``matmul``/``bmm`` count a
+products (GFN's filter), ``avg_pool2d`` (PoolFormer's pooling: ``k^2`` FLOPs an output) or
+``scaled_dot_product_attention``, and its ``matmul``/``bmm`` count a
 complex multiply-add like a real one. The handles below fill those gaps through the public
 ``FlopAnalyzer.set_op_handle``; mmengine's own (convolutions, norm and resize estimates) stay.
 
@@ -166,6 +167,15 @@ def attention_flop_jit(inputs: list, outputs: list) -> Counter:
     return Counter({'scaled_dot_product_attention': batch * length * key[-2] * (dim + value[-1])})
 
 
+def avg_pool_flop_jit(inputs: list, outputs: list) -> float:
+    """``aten::avg_pool2d(x, kernel_size, ...)``: an average of ``kh kw`` values costs ``kh kw``
+    FLOPs per output (``kh kw - 1`` additions, one division), the window counted whole at the
+    border as a convolution's taps are (PoolFormer's pooling)."""
+    kernel = _constant(inputs[1])
+    taps = _prod(kernel) if len(kernel) == 2 else kernel[0] ** 2
+    return taps * _prod(get_shape(outputs[0])) / FLOPS_PER_MAC
+
+
 #: Handles installed on top of mmengine's defaults (all return MAC-equivalents). None: ops that
 #: re-label complex data (no arithmetic), ignored rather than listed as unsupported.
 FLOP_HANDLES: dict[str, Callable | None] = {
@@ -183,6 +193,7 @@ FLOP_HANDLES: dict[str, Callable | None] = {
     'aten::einsum': _complex_aware(jit_handles.einsum_flop_jit),
     'aten::mul': complex_mul_flop_jit,
     'aten::mul_': complex_mul_flop_jit,
+    'aten::avg_pool2d': avg_pool_flop_jit,
     **dict.fromkeys(('aten::view_as_real', 'aten::view_as_complex', 'aten::complex', 'aten::real',
                      'aten::imag')),
 }

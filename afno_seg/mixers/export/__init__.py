@@ -12,10 +12,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..spectral import SpectralBand, irfft2, rfft2
+from .aff import aff_matmul, aff_op
+from .dff import dff_matmul
 from .dft import Stacked, filter_modes, from_blocks, irfft2_grid, rfft2_grid, to_blocks
 from .fnet import fnet_real
 
-__all__ = ['afno_matmul', 'afno_op', 'fnet_matmul', 'fno_matmul', 'fno_op', 'gfn_matmul']
+__all__ = ['aff_matmul', 'aff_op', 'afno_matmul', 'afno_op', 'dff_matmul', 'fnet_matmul',
+           'fno_matmul', 'fno_op', 'gfn_matmul']
 
 
 def _modes(x: Tensor, hw_shape, band: SpectralBand, matmul: bool, factored=None) -> Stacked:
