@@ -8,13 +8,14 @@ DEMO_DIR := work_dirs/demo
 install:
 	bash tools/install.sh
 
-# Generate the demo street scenes (if missing), train on CPU, evaluate, save overlays.
+# Generate the demo street scenes (if missing), train on CPU, evaluate, save overlays; the last
+# lines say where each result is. Run again, --resume continues an interrupted training or
+# reports the finished one (the evaluation runs again).
 demo: install
 	$(PY) tools/dataset/make_demo_data.py data/demo_cityscapes
-	$(PY) tools/train.py $(DEMO_CONFIG) --work-dir $(DEMO_DIR)
+	$(PY) tools/train.py $(DEMO_CONFIG) --work-dir $(DEMO_DIR) --resume
 	$(PY) tools/test.py $(DEMO_CONFIG) "$$(cat $(DEMO_DIR)/last_checkpoint)" \
 		--work-dir $(DEMO_DIR) --show-dir vis
-	@echo "demo: checkpoint, logs, per-class IoU and overlays (vis/vis_data/vis_image/) are under $(DEMO_DIR)/"
 
 # ruff (pyflakes, pycodestyle, import order; settings in pyproject.toml); CI runs it first.
 lint: install
@@ -24,7 +25,7 @@ lint: install
 # workers; a test file stays on one worker (its module fixtures are built once). TEST_JOBS=0: one
 # process, no workers.
 TEST_JOBS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -rs -n $(TEST_JOBS) --dist loadfile
 
 test: install
 	$(PYTEST)

@@ -2,9 +2,11 @@
 
 Mistakes (run through ``run_tool`` in this process, as each tool's ``__main__`` does): a mixer
 setting the mixer does not take or of the wrong kind, config and checkpoint swapped, ``--device
-cuda`` on a machine without CUDA (every tool that takes ``--device``). Results: the last lines of
-tools/train.py (the shared ``tiny_trained`` run), tools/test.py with ``--out``, ``--show-dir``
-and ``--report``, tools/analysis/get_flops.py; published files share one mode.
+cuda`` on a machine without CUDA (every tool that takes ``--device``), and before the Runner: a
+misspelt ``--cfg-options`` or loop key, a weights-only ``--resume``, random bytes as a
+checkpoint. Results: the last lines of tools/train.py (the shared ``tiny_trained`` run),
+tools/test.py with ``--out``, ``--show-dir`` and ``--report``, tools/analysis/get_flops.py;
+published files share one mode.
 
 Cost: no subprocess of its own; one in-process evaluation of the tiny model (4 images) and one
 FLOP trace of it.
@@ -87,6 +89,47 @@ def test_swapped_config_and_checkpoint_are_named(capsys, tmp_path):
                    '--out-dir', str(tmp_path / 'o'))
     assert f'{checkpoint}: a config is a .py/.yml/.yaml/.json file and this looks like a ' \
            'checkpoint; the tools take the config first' in err, err
+
+
+def test_mistakes_are_one_line_before_the_runner(capsys, tiny_trained, tiny_demo_data, tmp_path):
+    """Refused before mmengine builds anything (the work_dir gets no log folder): a misspelt
+    ``--cfg-options`` key, a loop key its loop does not take, a ``--resume`` of a weights-only
+    file, random bytes as load_from or to test, a config given as the checkpoint."""
+    weights = tmp_path / 'weights.pth'
+    torch.save(dict(state_dict=torch.load(tiny_trained.work_dir / 'iter_6.pth',
+                                          weights_only=False)['state_dict']), weights)
+    noise = tmp_path / 'noise.pth'
+    noise.write_bytes(bytes(range(256)) * 4)
+    work_dir, data = tmp_path / 'w', cli_options(data_roots(tiny_demo_data))
+    train = ['tools/train.py', TINY_CONFIG, '--work-dir', str(work_dir)]
+    test = ['tools/test.py', TINY_CONFIG]
+    for argv, expected in [
+            (train + data + ['train_cfg.max_iter=4'], '--cfg-options train_cfg.max_iter=4: '
+             "train_cfg has no key 'max_iter'; did you mean train_cfg.max_iters?"),
+            (train + data + ['val_cfg.fp61=True'], "val_cfg.fp61=True: ValLoop takes no 'fp61'; "
+             'did you mean fp16? (it takes fp16)'),
+            (train + ['--resume'] + data + [f'load_from={weights}'],
+             f'--resume checkpoint {weights} is not a training checkpoint (weights only'),
+            (train + data + [f'load_from={noise}'],
+             f'{noise} (1024 bytes) is not a readable PyTorch checkpoint (no container header)'),
+            (test + [str(noise)] + data, f'{noise} (1024 bytes) is not a readable PyTorch'),
+            (test + [TINY_CONFIG] + data, f'checkpoint {TINY_CONFIG} is a config file')]:
+        err = one_line(capsys, argv[0], *argv[1:])
+        assert expected in err, (argv[-1], err)
+        assert not work_dir.exists() or not any(work_dir.iterdir()), argv
+
+
+def test_new_cfg_options_keys_pass_and_near_misses_do_not():
+    from mmengine.config import Config
+
+    from afno_seg.engine import UserError
+    from afno_seg.engine.preflight import check_option_keys
+    cfg = Config.fromfile(TINY_CONFIG)
+    check_option_keys(cfg, {'test_cfg.fp16': True, 'train_dataloader.timeout': 30, 'seed': 1,
+                            'train_dataloader.dataset.pipeline.2.scale': (64, 32)})
+    with pytest.raises(UserError, match=r'train_dataloader has no key .num_worker.; did you mean '
+                                        r'train_dataloader.num_workers\?'):
+        check_option_keys(cfg, {'train_dataloader.num_worker': 0})
 
 
 DEVICE_TOOLS = [

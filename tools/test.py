@@ -2,7 +2,7 @@
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR] [--show] [--show-dir DIR]
                          [--tta] [--format-only DIR] [--report DIR] [--mixer SPEC]
-                         [--cfg-options k=v ...]
+                         [--verbose] [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [args]
 
 Prints per-class IoU/Acc and mIoU (IoUMetric). ``--show-dir`` saves prediction overlays,
@@ -54,6 +54,9 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--tta', action='store_true', help='test time augmentation')
+    parser.add_argument('--verbose', action='store_true',
+                        help="also print mmengine's environment, config, hooks and library "
+                        'messages on the console (they always go to the log file)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     parser.add_argument(TRUST_FLAG, action='store_true', help=TRUST_HELP)
     args = parser.parse_args(argv)
@@ -104,7 +107,8 @@ def main(argv=None) -> None:
                                                     title=f'{args.config} {args.checkpoint}')]
 
     run_test(args.config, args.checkpoint, args.work_dir, args.cfg_options, launcher=args.launcher,
-             mixer=args.mixer, trust=args.trust_checkpoint, edit=apply_flags)
+             mixer=args.mixer, trust=args.trust_checkpoint, verbose=args.verbose,
+             edit=apply_flags)
 
 
 if __name__ == '__main__':

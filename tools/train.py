@@ -1,13 +1,18 @@
 """Train a segmentor (or classifier) from an OpenMMLab config, with mmseg's tools/train.py flags.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp] [--precision P]
-                          [--mixer SPEC] [--from-scratch] [--cfg-options k=v ...]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume | --overwrite] [--amp]
+                          [--precision P] [--mixer SPEC] [--from-scratch] [--verbose]
+                          [--cfg-options k=v ...]
     bash tools/dist_train.sh CONFIG GPUS [args]          # torchrun, --launcher pytorch
 
 Beyond mmseg's own script: configs written for GPU fp16 run on a CPU (``--precision auto``:
 float32, the fastest there; ``bf16`` autocast on request; ``fp16`` runs float16 with the
 GPU's dynamic loss scale; BN for SyncBN, gloo for distributed runs), and a missing dataset, an
-unknown model type or a bad checkpoint stop at once with a message saying what to do.
+unknown model type, a misspelt key or a bad checkpoint stop at once with a message saying what to
+do. A work dir belongs to one run: one that holds another run's checkpoints is refused unless
+``--resume`` continues it or ``--overwrite`` starts over (the old files move to
+``WORK_DIR/overwritten_<time>/``); ``--resume`` of a finished run reports it. The console shows
+a header, progress and results; the run's log file has everything (``--verbose``: the console too).
 
 Interruptions (docs/reliability.md): SIGTERM, SIGINT or SIGUSR1 finish the current iteration, save a
 checkpoint and exit with status 75; run the same command with ``--resume`` to continue exactly.
@@ -36,8 +41,15 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument('--resume', action='store_true', default=False,
                         help='continue from the checkpoint that work_dir/last_checkpoint names '
-                        '(start from scratch when there is none); implied in a process that '
-                        'torchrun restarted or Slurm requeued')
+                        '(start from scratch when there is none; a finished run is reported, not '
+                        'trained again); implied in a process that torchrun restarted or Slurm '
+                        'requeued')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='train from the start into a work_dir that holds another run; its '
+                        'checkpoints, configs and logs move to WORK_DIR/overwritten_<time>/')
+    parser.add_argument('--verbose', action='store_true',
+                        help="also print mmengine's environment, config, hooks and library "
+                        'messages on the console (they always go to the log file)')
     parser.add_argument('--amp', action='store_true', default=False,
                         help='enable automatic-mixed-precision training (AmpOptimWrapper, fp16 '
                         'with a dynamic loss scale; on a CPU as --precision says)')
@@ -87,8 +99,9 @@ def main(argv=None) -> None:
                             f'has {optim_wrapper}.')
 
     run_train(args.config, args.work_dir, args.cfg_options, launcher=args.launcher,
-              resume=args.resume, precision=args.precision, mixer=args.mixer,
-              from_scratch=args.from_scratch, trust=args.trust_checkpoint, edit=amp)
+              resume=args.resume, overwrite=args.overwrite, precision=args.precision,
+              mixer=args.mixer, from_scratch=args.from_scratch, trust=args.trust_checkpoint,
+              verbose=args.verbose, edit=amp)
 
 
 if __name__ == '__main__':

@@ -1,23 +1,34 @@
 """Bad input fails before the Runner, in one line naming the config key, the file and what to do,
 where mmengine fails later and vaguer (an empty split: ``need at least one array to concatenate``;
 an unwritable work_dir: at the first checkpoint; a misspelt ``type``: a registry ``KeyError``; a
-missing pretrained file: deep in ``init_weights``)."""
+missing pretrained file: deep in ``init_weights``; a misspelt loop or ``--cfg-options`` key: a
+``TypeError`` or nothing; random bytes as a checkpoint: after mmengine's whole start-up; a
+work_dir of another run: trained over, ``last_checkpoint`` then naming the newer run's file)."""
 import difflib
 import importlib
 import inspect
 import logging
 import os
 import os.path as osp
+import pickletools
+import re
+import shutil
 import tempfile
+import time
+import zipfile
 from contextlib import suppress
+from pathlib import Path
 
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.utils import scandir
 
+from .checkpoint import CheckpointError, local_checkpoint_file
 from .errors import UserError
 
-__all__ = ['check_data_roots', 'check_model_types', 'check_pretrained', 'check_work_dir']
+__all__ = ['check_checkpoint', 'check_data_roots', 'check_loaders', 'check_loop_keys',
+           'check_model_types', 'check_option_keys', 'check_pretrained', 'check_work_dir',
+           'claim_work_dir', 'finished_run']
 
 CITYSCAPES_HELP = """\
 Expected the mmseg Cityscapes layout: {root}/leftImg8bit/{{train,val}}/<city>/*_leftImg8bit.png,
@@ -31,6 +42,8 @@ MIT_WEIGHTS_HELP = ('MiT ImageNet-1K weights (b3 shown, b0-b5 alike; NVIDIA\'s n
                     'data/pretrained/mit_b3.pth` (other sources: docs/configs.md).')
 # Keys under ``model`` whose ``type`` is in another registry (initialisers, mmpretrain's augments)
 OTHER_REGISTRY_KEYS = ('init_cfg', 'augments')
+CHECKPOINT_RE = re.compile(r'(iter|epoch)_(\d+)\.pth')
+RUN_FOLDER_RE = re.compile(r'\d{8}_\d{6}')  # mmengine's <timestamp>/ of logs and vis_data
 
 
 def _leaves(dataset) -> list:
@@ -160,3 +173,185 @@ def check_pretrained(cfg: Config, from_scratch: bool = False) -> None:
                 f'{cfg.filename or "the config"}: {key}={path!r} does not exist (working '
                 f'directory: {osp.abspath(".")}). {mit_help}Put the file there, or pass '
                 '--from-scratch to train from the model\'s own initialisation.')
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: insertions, deletions, substitutions."""
+    row = list(range(len(b) + 1))
+    for i, char in enumerate(a, 1):
+        row, last = [i], row
+        for j, other in enumerate(b, 1):
+            row.append(min(last[j] + 1, row[j - 1] + 1, last[j - 1] + (char != other)))
+    return row[-1]
+
+
+def check_option_keys(cfg: Config, options: dict | None) -> None:
+    """A ``--cfg-options`` key that ``cfg`` lacks where a sibling is one or two edits away (one
+    for names under 6 characters) is a :class:`.UserError` ("did you mean"); others add keys."""
+    for key, value in (options or {}).items():
+        node, path = cfg, []
+        for part in key.split('.'):
+            if isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+                node, path = node[int(part)], path + [part]
+                continue
+            if not hasattr(node, 'keys') or part in node:
+                node, path = node.get(part) if hasattr(node, 'keys') else None, path + [part]
+                continue
+            limit = 2 if len(part) >= 6 else 1 if len(part) >= 3 else 0
+            near = sorted((_edits(part, k), k) for k in node.keys() if isinstance(k, str))
+            if near and 0 < near[0][0] <= limit:
+                parent = '.'.join(path) or 'the config'
+                raise UserError(f'--cfg-options {key}={value}: {parent} has no key {part!r}; did '
+                                f'you mean {".".join(path + [near[0][1]])}?')
+            break
+
+
+def check_loop_keys(cfg: Config, loops=('train_cfg', 'val_cfg', 'test_cfg')) -> None:
+    """A key of ``loops`` that its loop class does not take (mmengine: a ``TypeError`` from
+    ``__init__`` after the Runner's start-up) is a :class:`.UserError` naming the closest one."""
+    from mmengine.registry import LOOPS as registry
+    with suppress(ImportError):
+        registry = importlib.import_module(f'{cfg.get("default_scope", None)}.registry').LOOPS
+    for name in loops:
+        loop = cfg.get(name, None)
+        if not isinstance(loop, dict):
+            continue
+        by_epoch = name == 'train_cfg' and 'type' not in loop  # mmengine's rule without a type
+        kind = loop.get('type') or dict(
+            train_cfg='EpochBasedTrainLoop' if loop.get('by_epoch') else 'IterBasedTrainLoop',
+            val_cfg='ValLoop', test_cfg='TestLoop')[name]
+        loop_class, params = None, {}
+        with suppress(Exception):  # not resolvable here: the Runner will say
+            loop_class = kind if isinstance(kind, type) else registry.get(kind)
+            params = inspect.signature(loop_class.__init__).parameters
+        if not params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            continue
+        taken = [p for p in params if p not in ('self', 'runner', 'dataloader', 'evaluator')]
+        for key in loop:
+            if key not in taken and key != 'type' and not (by_epoch and key == 'by_epoch'):
+                close = difflib.get_close_matches(key, taken, n=1, cutoff=0.6)
+                raise UserError(
+                    f'{cfg.filename or "the config"}: {name}.{key}={loop[key]!r}: '
+                    f'{loop_class.__name__} takes no {key!r}' +
+                    (f'; did you mean {close[0]}?' if close else '') +
+                    f' (it takes {", ".join(taken)})')
+
+
+def check_loaders(cfg: Config, loaders: list, cuda: bool) -> None:
+    """In ``loaders``: ``persistent_workers`` off where ``num_workers`` is 0 (torch refuses the
+    pair), and without CUDA at most one worker per available core (torch warns); one line each."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    capped, persistent = [], []
+    for name in loaders:
+        loader = cfg.get(name, None)
+        if not isinstance(loader, dict):
+            continue
+        if not cuda and (loader.get('num_workers') or 0) > (cores or 1):
+            capped.append(f'{name}.num_workers {loader.num_workers}')
+            loader.num_workers = cores
+        if not loader.get('num_workers') and loader.get('persistent_workers'):
+            persistent.append(name)
+            loader.persistent_workers = False
+    if capped:
+        print_log(f'[afno_seg] {cores} CPU cores here: {", ".join(capped)} -> {cores}', 'current')
+    if persistent:
+        print_log(f'[afno_seg] {", ".join(persistent)}: num_workers=0, so persistent_workers='
+                  'False (it keeps worker processes, there are none)', 'current')
+
+
+def _is_container(path: str) -> bool:
+    """The header of a checkpoint container: safetensors' length + JSON, a zip (torch's format,
+    its end record: a truncated file has none) or a pickle (torch's legacy format)."""
+    with open(path, 'rb') as file:
+        head = file.read(9)
+    if path.lower().endswith('.safetensors'):
+        return head[8:9] == b'{' and int.from_bytes(head[:8], 'little') < osp.getsize(path)
+    return zipfile.is_zipfile(path) or head[:1] == b'\x80'
+
+
+def _pickled_keys(path: str) -> set | None:
+    """The strings of a zip checkpoint's pickle (its keys among them), read without unpickling
+    and without the tensor data; None where that is not possible or where the pickle names a
+    global beyond torch, NumPy and mmengine (the safe loader refuses it, naming the global)."""
+    with suppress(Exception), zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith('data.pkl'))
+        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(archive.read(name))]
+        if all(arg.split(' ')[0].split('.')[0] in ('torch', 'collections', 'numpy', 'mmengine')
+               for op, arg in ops if op == 'GLOBAL'):
+            return {arg for _, arg in ops if isinstance(arg, str)}
+    return None
+
+
+def check_checkpoint(filename: str | None, role: str, training: bool = False) -> None:
+    """A local checkpoint (a folder's ``last_checkpoint`` resolved) whose container header is
+    wrong, and with ``training`` one without mmengine's ``message_hub`` (a ``--resume`` of a
+    weights-only file: mmengine's ``KeyError``): a :class:`.CheckpointError` naming ``role``."""
+    if not filename or '://' in str(filename):
+        return  # a URL: read (and refused) by the loader
+    if osp.splitext(str(filename))[1] in ('.py', '.yml', '.yaml', '.json'):
+        raise CheckpointError(f'{role} {filename} is a config file, not a checkpoint; the tools '
+                              'take the config first, then the checkpoint')
+    path = local_checkpoint_file(filename)
+    safetensors = path.lower().endswith('.safetensors')
+    if not _is_container(path):
+        kind = 'safetensors file' if safetensors else 'PyTorch checkpoint'
+        raise CheckpointError(f'{filename} ({osp.getsize(path)} bytes) is not a readable {kind} '
+                              '(no container header): damaged or not a checkpoint; pass another '
+                              '(e.g. an earlier iter_*.pth)')
+    keys = set() if safetensors else _pickled_keys(path) if training else None
+    if keys is not None and 'message_hub' not in keys:
+        raise CheckpointError(f'{role} {path} is not a training checkpoint (weights only: no '
+                              'message_hub, optimizer or scheduler state); to start from its '
+                              f'weights, run without --resume with load_from={path}')
+
+
+def _previous_run(work_dir: str) -> str | None:
+    """What ``work_dir`` holds of a training run, in words (its newest checkpoint, iteration or
+    epoch, config), or None: no ``last_checkpoint``, no ``iter_N.pth``/``epoch_N.pth``."""
+    names = os.listdir(work_dir) if osp.isdir(work_dir) else []
+    last = Path(work_dir, 'last_checkpoint')
+    named = osp.basename(last.read_text().strip()) if last.is_file() else ''
+    saved = [n for n in names if CHECKPOINT_RE.fullmatch(n)]
+    if not (named or saved):
+        return None
+    checkpoint = named or max(saved, key=lambda n: int(CHECKPOINT_RE.fullmatch(n)[2]))
+    match = CHECKPOINT_RE.fullmatch(checkpoint)
+    where = f'{"iteration" if match[1] == "iter" else "epoch"} {match[2]}, ' if match else ''
+    configs = ', '.join(n for n in sorted(names) if n.endswith('.py')) or 'not saved'
+    return f'{where}{checkpoint}, config {configs}'
+
+
+def claim_work_dir(cfg: Config, overwrite: bool) -> None:
+    """Refuse (:class:`.UserError`) a ``cfg.work_dir`` that holds a run unless ``cfg.resume``
+    (turned off where there is nothing to resume); with ``overwrite`` move that run's files into
+    ``work_dir/overwritten_<time>/`` (one line)."""
+    work_dir, run = cfg.work_dir, _previous_run(cfg.work_dir)
+    if cfg.get('resume') and run is None and not cfg.get('load_from'):
+        cfg.resume = False  # nothing to resume: mmengine would start afresh, saying so twice
+    if cfg.get('resume') or run is None:
+        return
+    if not overwrite:
+        raise UserError(f'work_dir {work_dir} already holds a run ({run}): --resume continues '
+                        'it, --overwrite starts over (its files move to a subfolder), or pass '
+                        'another --work-dir')
+    if int(os.environ.get('RANK', os.environ.get('SLURM_PROCID', 0))) != 0:
+        return  # rank 0 moves them
+    aside = osp.join(work_dir, f'overwritten_{time.strftime("%Y%m%d_%H%M%S")}')
+    moved = [name for name in sorted(os.listdir(work_dir)) if name == 'last_checkpoint' or
+             name.endswith(('.pth', '.py')) or RUN_FOLDER_RE.fullmatch(name)]
+    os.makedirs(aside)
+    for name in moved:
+        shutil.move(osp.join(work_dir, name), aside)
+    print_log(f'[afno_seg] --overwrite: {work_dir} held a run ({run}); its {len(moved)} files '
+              f'and folders moved to {aside}/ (delete it when you no longer need them)',
+              logger='current', level=logging.WARNING)
+
+
+def finished_run(cfg: Config) -> str | None:
+    """With ``cfg.resume``: the checkpoint it would resume (``load_from``, else what
+    ``last_checkpoint`` names) if its name says that the schedule is done, else None."""
+    last = Path(cfg.work_dir, 'last_checkpoint')
+    checkpoint = cfg.get('load_from') or (last.read_text().strip() if last.is_file() else '')
+    match = CHECKPOINT_RE.fullmatch(osp.basename(checkpoint))
+    end = match and (cfg.get('train_cfg') or {}).get(f'max_{match[1]}s')  # max_iters, max_epochs
+    return checkpoint if isinstance(end, int) and int(match[2]) >= end else None

@@ -3,6 +3,7 @@ rank end in one line and an exit status, not mmengine's traceback; GPU configs r
 import gc
 import logging
 import os
+import os.path as osp
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -23,6 +24,7 @@ from . import cpu_memory, preflight, results
 from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
 from .checkpoint_hook import TrainingInterrupted, restart_count, stop_signals_released
+from .console import VERBOSE, print_header, quiet_console
 from .dataloader_faults import (
     DEFAULT_TIMEOUT_S,
     TrackedDataset,
@@ -61,9 +63,11 @@ def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = 
                 work_dir: str | None = None, *, mixer: str | None = None,
                 pretrained: bool = True, checkpoint: str | None = None) -> Config:
     """``Config.fromfile`` (:func:`check_config_path` first) with mmseg's tool conventions
-    (``--cfg-options``, default work_dir), then ``--mixer`` (``pretrained`` False: no MiT file)."""
+    (``--cfg-options``: a near miss of a key refused; default work_dir), then ``--mixer``
+    (``pretrained`` False: no MiT file)."""
     cfg = Config.fromfile(check_config_path(config, checkpoint))
     cfg.launcher = launcher
+    preflight.check_option_keys(cfg, cfg_options)
     cfg.merge_from_dict(cfg_options or {})
     cfg.work_dir = work_dir or cfg.get('work_dir', None) or f'./work_dirs/{Path(cfg.filename).stem}'
     return switch_mixer(cfg, mixer, pretrained, default_work_dir=work_dir is None)
@@ -109,6 +113,9 @@ class AfnoSegRunner(Runner):
         with stop_signals_released(ignore_on_error=_IN_TOOL.get()):
             return super().train(*args, **kwargs)
 
+    def build_logger(self, *args, **kwargs):
+        return quiet_console(super().build_logger(*args, **kwargs))  # unless --verbose
+
     def load_checkpoint(self, filename, *args, **kwargs):
         # Runner.resume executes meta['config']: dropped whatever loader serves the prefix.
         return without_config_text(super().load_checkpoint(filename, *args, **kwargs))
@@ -140,16 +147,23 @@ class AfnoSegRunner(Runner):
         return super().build_dataloader(dataloader, seed, diff_rank_seed)
 
 
-def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -> Runner:
-    """Check the data of ``loaders``, the work_dir and the model types; train in ``precision``
+def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto', *,
+                 overwrite: bool | None = None) -> Runner:
+    """Check the data of ``loaders``, the model types, the loop keys, the loaders' workers and the
+    work_dir (``overwrite`` not None: :func:`.preflight.claim_work_dir`); train in ``precision``
     (:func:`.apply_precision`); without CUDA adapt the config, keep freed memory (cpu_memory)
-    and join a gloo group under ``--launcher pytorch|slurm``; build an :class:`AfnoSegRunner`."""
+    and join a gloo group under ``--launcher pytorch|slurm``; build an :class:`AfnoSegRunner`
+    and print the run's header."""
+    cuda, training = torch.cuda.is_available(), 'train_dataloader' in loaders
     preflight.check_data_roots(cfg, loaders)
-    preflight.check_work_dir(cfg.work_dir)
     preflight.check_model_types(cfg)
-    cuda = torch.cuda.is_available()
-    if 'train_dataloader' in loaders:  # a test builds no optimizer
-        apply_precision(cfg, precision, cuda)
+    preflight.check_loop_keys(cfg, [name.replace('_dataloader', '_cfg') for name in loaders])
+    preflight.check_loaders(cfg, loaders, cuda)
+    preflight.check_work_dir(cfg.work_dir)
+    if overwrite is not None:
+        preflight.claim_work_dir(cfg, overwrite)
+    chosen = apply_precision(cfg, precision, cuda) if training else \
+        'fp16 autocast' if (cfg.get('test_cfg') or {}).get('fp16') else 'fp32'
     adapt_config_to_device(cfg, cfg.launcher != 'none', cuda)
     if not cuda:
         cpu_memory.cache_freed_cpu_memory()
@@ -158,27 +172,44 @@ def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto') -
         init_cpu_process_group(dist_cfg.get('timeout'), cfg.launcher, dist_cfg.get('port'))
     runner = AfnoSegRunner.from_cfg(cfg)
     record_peers()
+    print_header(runner, 'train' if training else 'test', chosen)
     return runner
 
 
 def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None = None, *,
-              launcher: str = 'none', resume: bool = False, precision: str = 'auto',
-              mixer: str | None = None, from_scratch: bool = False, trust: bool = False,
+              launcher: str = 'none', resume: bool = False, overwrite: bool = False,
+              precision: str = 'auto', mixer: str | None = None, from_scratch: bool = False,
+              trust: bool = False, verbose: bool = False,
               edit: Callable[[Config], None] | None = None) -> None:
     """``tools/train.py``, its flags as arguments (``edit(cfg)``: ``--amp``); a torchrun or
-    Slurm restart resumes as ``--resume`` does."""
+    Slurm restart resumes as ``--resume`` does; a finished run to resume is reported, not run."""
+    VERBOSE.set(verbose)
     cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer)
     if edit is not None:
         edit(cfg)
+    if resume and overwrite:
+        raise UserError('--resume continues the run in the work_dir, --overwrite starts it over: '
+                        'pick one')
     restarted = restart_count()
     if restarted and not resume:
         print_log(f'restart {restarted[1]} by {restarted[0]}: resuming from the checkpoint that '
                   f'{cfg.work_dir}/last_checkpoint names (as --resume does)', logger='current',
                   level=logging.WARNING)
     cfg.resume = resume or restarted is not None
+    if cfg.resume and (done := preflight.finished_run(cfg)):
+        print_log(f'{cfg.work_dir} holds a finished run: {done} ends its schedule, nothing to '
+                  'train (raise train_cfg.max_iters to train on, or --overwrite to start over)',
+                  logger='current')
+        config_file = osp.join(cfg.work_dir, osp.basename(cfg.filename))
+        return results.print_results([('checkpoint', done)] +
+                                     [('config', config_file)] * osp.isfile(config_file))
     preflight.check_pretrained(cfg, from_scratch)
+    last = cfg.work_dir if osp.isfile(osp.join(cfg.work_dir, 'last_checkpoint')) else None
+    preflight.check_checkpoint(cfg.get('load_from') or (last if cfg.resume else None),
+                               '--resume checkpoint' if cfg.resume else 'load_from',
+                               training=cfg.resume)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
-    runner = build_runner(cfg, loaders, precision)
+    runner = build_runner(cfg, loaders, precision, overwrite=overwrite)
     with trusted_checkpoints(trust):
         runner.train()
     results.print_results(results.train_results(runner))
@@ -186,11 +217,14 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
 
 def run_test(config: str, checkpoint: str, work_dir: str | None = None,
              cfg_options: dict | None = None, *, launcher: str = 'none', mixer: str | None = None,
-             trust: bool = False, edit: Callable[[Config], None] | None = None) -> None:
+             trust: bool = False, verbose: bool = False,
+             edit: Callable[[Config], None] | None = None) -> None:
     """``tools/test.py``, its flags as arguments (``edit(cfg)``: ``--tta``, ``--show``, ...); a
     checkpoint that does not fit the model is refused, not evaluated with random weights."""
+    VERBOSE.set(verbose)
     cfg = load_config(config, launcher, cfg_options, work_dir, mixer=mixer, pretrained=False,
                       checkpoint=checkpoint)
+    preflight.check_checkpoint(checkpoint, 'checkpoint')
     cfg.load_from = checkpoint
     use_low_res_fusion(cfg.model)  # mmseg's SegformerHead, same weights and values, 1/3 the work
     if edit is not None:

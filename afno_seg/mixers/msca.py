@@ -10,12 +10,15 @@ import math
 import torch
 from mmseg.models.backbones.mscan import MSCASpatialAttention
 from torch import Tensor
-from torch.nn.modules.utils import _pair
 
 from ..registry import register_model
 from .base import TokenMixer, Variant
 
 __all__ = ['MSCAMixer']
+
+
+def as_pair(size) -> tuple[int, int]:
+    return tuple(size) if isinstance(size, (tuple, list)) else (size, size)
 
 
 @register_model
@@ -73,13 +76,14 @@ class MSCAMixer(TokenMixer):
                              f'entries each (a square kernel, 3 strips), got {sizes} and '
                              f'{paddings}')
         for index, (size, padding) in enumerate(zip(sizes, paddings)):
-            if any(k % 2 == 0 or 2 * p != k - 1 for k, p in zip(_pair(size), _pair(padding))):
+            pairs = zip(as_pair(size), as_pair(padding))
+            if any(k % 2 == 0 or 2 * p != k - 1 for k, p in pairs):
                 raise ValueError(f'attention_kernel_paddings[{index}] must be half of odd '
                                  f'attention_kernel_sizes[{index}] (the grid keeps its size), '
                                  f'got size {size} and padding {padding}')
         # Sizes counted once, as (kh, kw) pairs, for flops().
-        self.kernel_taps = math.prod(_pair(sizes[0])) + 2 * sum(
-            math.prod(_pair(size)) for size in sizes[1:])
+        self.kernel_taps = math.prod(as_pair(sizes[0])) + 2 * sum(
+            math.prod(as_pair(size)) for size in sizes[1:])
         attention = MSCASpatialAttention(embed_dims, sizes, paddings, act_cfg)
         for name, module in attention.named_children():
             self.add_module(name, module)
