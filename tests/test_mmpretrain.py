@@ -210,7 +210,9 @@ def test_b3_classifier_has_the_segmentation_backbone_tensors(path):
     assert classifier.head.fc.in_features == feature.shape[1]
     seg_backbone_cfg = dict(Config.fromfile(segmentation_config_for(path)).model.backbone,
                             init_cfg=None)
-    if stores_grid(MMSEG_MODELS.get(seg_backbone_cfg['mixers']['type'])):
+    mixers = seg_backbone_cfg['mixers']
+    if any(stores_grid(MMSEG_MODELS.get(mixer['type']))
+           for mixer in (mixers if isinstance(mixers, list) else [mixers])):
         seg_backbone_cfg['base_img_size'] = 224
     segmentation = MMSEG_MODELS.build(seg_backbone_cfg).state_dict()
     assert list(backbone) == list(segmentation)
