@@ -1,17 +1,13 @@
 """afno_seg: Fourier token mixers in SegFormer on the OpenMMLab stack.
 
-Importing the package registers everything: the token mixers and the MixerMiT backbone in both
-MMSegmentation's and MMPretrain's ``MODELS``, the SegFormer head fused at low resolution
-(:mod:`afno_seg.decode_heads`) in mmseg's, the data checks in mmseg's ``TRANSFORMS``, and the
-engine extensions (hooks, CPU autocast optim wrapper, CPU DDP, the ``'atomic_local'`` file
-backend that the checkpoint hook asks for by name) in mmengine's registries. One registration
-replaces mmengine's handler of local paths, a stricter form of it: the checkpoint loader (data
-only, :mod:`afno_seg.engine.checkpoint`). Nothing else changes on import: the CPU allocator
-setting and a CPU process group come with :func:`afno_seg.engine.build_runner`, the stop-signal
-handlers with training (given back when it ends). The experiment drivers
-(:mod:`afno_seg.experiments`) and the cost library (:mod:`afno_seg.analysis`) are not imported.
-Ignored by their text, first: setuptools' pkg_resources deprecation (setuptools<81 is pinned),
-mmseg's ``build_loss``/``avg_non_ignore`` notices and its hook saying ``draw=False`` draws nothing.
+Importing the package registers everything: the token mixers and the MixerMiT backbone (mmseg's
+and mmpretrain's ``MODELS``), the SegFormer head fused at low resolution, the data checks, the
+engine extensions (hooks, optim wrappers, CPU DDP, the ``'atomic_local'`` file backend) and, in
+place of mmengine's, a loader of checkpoints as data only (:mod:`afno_seg.engine.checkpoint`).
+Nothing else changes on import (the CPU allocator, a process group and the stop-signal handlers
+come with :func:`afno_seg.engine.build_runner` and training) but known notices ignored by text:
+setuptools' pkg_resources deprecation, mmseg's ``build_loss``/``avg_non_ignore``/``draw=False``.
+The experiment drivers (:mod:`afno_seg.experiments`) and :mod:`afno_seg.analysis` are not imported.
 """
 import warnings
 

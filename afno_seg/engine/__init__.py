@@ -1,5 +1,4 @@
-"""The mmengine extensions the tools need (safe checkpoint loader, hooks, optim wrappers, runner),
-registered on import; re-exported: the names used outside."""
+"""The mmengine extensions the tools need, registered on import; the names used outside."""
 # ruff: noqa: F401
 from . import random_state
 from .atomic_io import SaveError, atomic_write, remove_stale_temp_files

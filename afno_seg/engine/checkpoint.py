@@ -1,6 +1,5 @@
-"""Checkpoints are read as data, never run as code: mmengine's loader unpickles anything, and
-torch's ``weights_only`` load refuses mmengine's own checkpoints. One reader for every prefix of
-mmengine's ``CheckpointLoader``; ``--trust-checkpoint`` is the opt-in (docs/security.md)."""
+"""Checkpoints are read as data, never run as code (mmengine's loader unpickles anything, torch's
+``weights_only`` refuses mmengine's): one reader, every prefix; ``--trust-checkpoint``: opt out."""
 import contextlib
 import json
 import logging
@@ -49,9 +48,8 @@ def _history_buffer_getattr(owner, name: str):
     return getattr(HistoryBuffer, name)
 
 
-# What mmengine 0.10.7 (``HistoryBuffer`` of NumPy values), mmseg, mmpretrain and our
-# ``rng_state`` need beyond torch's allowlist, NumPy 1 and 2 names. A NumPy 2 dtype is built as an
-# instance of its class: every fixed-size numeric and bool class is allowed.
+# What mmengine 0.10.7, mmseg, mmpretrain and our ``rng_state`` need beyond torch's allowlist, NumPy
+# 1 and 2 names (a NumPy 2 dtype is an instance of its class: every fixed-size numeric and bool).
 _ALLOWLIST = [
     (_history_buffer_getattr, 'builtins.getattr'), HistoryBuffer, np.ndarray, np.dtype,
     *(getattr(np.dtypes, f'{kind}DType') for kind in (

@@ -1,5 +1,4 @@
-"""A checkpoint that does not fit its model is refused, naming what differs: mmengine loads with
-``strict=False`` and only warns, so a wrong file would evaluate or export random weights."""
+"""A checkpoint that does not fit its model is refused, naming what differs (mmengine warns)."""
 import re
 
 from mmengine.hooks import Hook
@@ -80,8 +79,7 @@ def _trained_with(meta) -> str:
 
 def load_state(model: nn.Module, state: dict, source: str, new_prefixes=(), meta=None,
                advice: str = TRAINED_ADVICE) -> None:
-    """Load ``state`` (in the model's names) if it fits (:func:`check_fit`); mmengine's
-    ``load_state_dict`` logs the tensors not loaded by name (a transplant's new mixers)."""
+    """Load ``state`` (in the model's names) if it fits (:func:`check_fit`), logging new tensors."""
     check_fit(model, state, source, new_prefixes, meta, advice)
     load_state_dict(model, state, strict=False, logger='current')
 

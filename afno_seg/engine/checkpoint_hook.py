@@ -1,6 +1,5 @@
-"""A kill at any moment leaves ``last_checkpoint`` naming a complete checkpoint; a stop signal or
-a clock saves the current iteration (mmengine's ``CheckpointHook`` writes in place and deletes the
-oldest kept checkpoint first; Python's default handlers kill a run mid-iteration)."""
+"""A kill at any moment leaves ``last_checkpoint`` naming a complete checkpoint (mmengine's hook
+writes in place, deleting the oldest first); a stop signal or a clock saves this iteration."""
 import os
 import signal
 import threading

@@ -1,6 +1,4 @@
-"""The console of a run: a header (config, work dir, log file, precision, devices), progress,
-warnings and results. mmengine's environment report, full config, hook table and the libraries'
-other INFO lines go to the run's log file only (mmseg's tools print them to both: ``--verbose``)."""
+"""A run's console: header, progress, warnings, results; other library INFO in the log file only."""
 import inspect
 import logging
 import os
@@ -16,36 +14,28 @@ __all__ = ['ConsoleFilter', 'VERBOSE', 'print_header', 'quiet_console']
 VERBOSE: ContextVar[bool] = ContextVar('afno_seg_verbose', default=False)  # the tools' --verbose
 LIBRARIES = ('mmengine', 'mmcv', 'mmseg', 'mmpretrain', 'mmdet')
 HOOKS, METRICS = f'{os.sep}mmengine{os.sep}hooks{os.sep}', f'{os.sep}evaluation{os.sep}'
-KEPT_PREFIXES = ('resumed epoch',)
-# Dropped, warnings too: what the header says, and mmengine's notices about its own calls
-# (its CheckpointHook makes a deprecated FileClient in every run).
+# Dropped, warnings too: what the header says, mmengine's notices about its own calls
 DROPPED_PREFIXES = ('Exp name:', 'Checkpoints will be saved to', '"FileClient" will be deprecated',
                     '"HardDiskBackend" is the alias', 'The prefix is not set in metric class')
 _RELAYS = {logging.__file__, print_log.__code__.co_filename, __file__}
 
 
-def _origin(record: logging.LogRecord) -> str:
-    """The file that logged ``record``: for ``print_log``'s records, the caller of it."""
-    if record.pathname != print_log.__code__.co_filename:
-        return record.pathname
-    frame = inspect.currentframe()
-    while frame is not None and frame.f_code.co_filename in _RELAYS:
-        frame = frame.f_back
-    return frame.f_code.co_filename if frame is not None else ''
-
-
 class ConsoleFilter(logging.Filter):
-    """Keep warnings and every record of other code (the project's, a user's hooks); of the
-    OpenMMLab libraries' INFO records only their hooks' (progress, checkpoints), where a run
-    resumes, and the metric tables of an evaluation (in training the progress line has them)."""
+    """Keep warnings and other code's records; of the OpenMMLab libraries' INFO records: their
+    hooks' (progress, checkpoints), a resume's, a test's metric tables (in training: progress)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
         if message.startswith(DROPPED_PREFIXES):
             return False
-        if record.levelno >= logging.WARNING or message.startswith(KEPT_PREFIXES):
+        if record.levelno >= logging.WARNING or message.startswith('resumed epoch'):
             return True
-        origin = _origin(record)
+        origin = record.pathname
+        if origin == print_log.__code__.co_filename:  # print_log's records: its caller's file
+            frame = inspect.currentframe()
+            while frame is not None and frame.f_code.co_filename in _RELAYS:
+                frame = frame.f_back
+            origin = frame.f_code.co_filename if frame is not None else ''
         libraries = tuple(osp.dirname(module.__file__) + os.sep for name in LIBRARIES
                           if getattr(module := sys.modules.get(name), '__file__', None))
         return not origin.startswith(libraries) or HOOKS in origin or (
@@ -67,9 +57,7 @@ def print_header(runner, what: str, precision: str) -> None:
         f'cpu ({threads} thread{"s" * (threads > 1)})'
     log = osp.join(runner.log_dir, f'{runner.timestamp}.log') + ('' if VERBOSE.get() else
         " (with mmengine's environment, config and hooks; --verbose prints them here)")
-    rows = [('work dir', runner.work_dir), ('log file', log), ('precision', precision),
-            ('devices', f'{device} x {world} process{"es" * (world > 1)} '
-                        f'(launcher {runner.launcher})')]
-    print_log('\n'.join([f'{what} {runner.cfg.filename}'] + [
-        f'  {name:<9}  {value}' for name, value in rows]).replace(os.getcwd() + os.sep, ''),
-        logger='current')
+    text = (f'{what} {runner.cfg.filename}\n  work dir   {runner.work_dir}\n  log file   {log}\n'
+            f'  precision  {precision}\n  devices    {device} x {world} '
+            f'process{"es" * (world > 1)} (launcher {runner.launcher})')
+    print_log(text.replace(os.getcwd() + os.sep, ''), logger='current')

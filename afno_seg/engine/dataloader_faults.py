@@ -1,6 +1,5 @@
 """A data-loader worker killed or stuck is one line naming it and its sample (PyTorch names a pid,
-or waits forever); a stop signal sent to every process of the job reaches the main process alone,
-and a worker whose parent died exits. docs/reliability.md, "Data-loader workers"."""
+or waits forever); a job's stop signal reaches the main process alone; an orphaned worker exits."""
 import multiprocessing
 import os
 import signal
@@ -60,9 +59,8 @@ class TrackedDataset(torch.utils.data.Dataset):
 
 def worker_init(worker_id: int, num_workers: int = 0, rank: int = 0,
                 seed: int | None = None) -> None:
-    """A ``worker_init_fn``: SIGINT and SIGUSR1 ignored, SIGTERM obeyed only from the parent
-    (PyTorch's shutdown of a stuck worker), so that the main process checkpoints before its
-    workers go; exit once the parent died; with ``seed``, then mmengine's seeding."""
+    """A ``worker_init_fn``: SIGINT and SIGUSR1 ignored, SIGTERM obeyed from the parent only (the
+    main process checkpoints first); exit once the parent died; with ``seed``, mmengine's seeds."""
     for number in (signal.SIGINT, signal.SIGUSR1):
         signal.signal(number, signal.SIG_IGN)
     # Python's handlers cannot see the sender: a thread waits for SIGTERM with sigtimedwait.
@@ -87,10 +85,9 @@ def _exit_with_parent() -> None:
 
 
 def explain_worker_failure(error: BaseException) -> str | None:
-    """One line naming worker and sample while a loader worker is dead, or stuck in one sample
-    for half its loader's ``timeout`` or more; else None. ``error`` is not read: PyTorch raises a
-    dead worker's error from a SIGCHLD handler, wherever the main thread is, so it may be wrapped
-    in anything."""
+    """One line naming worker and sample while a loader worker is dead, or stuck in one sample for
+    half its loader's ``timeout`` or more; else None. ``error`` is not read (PyTorch raises a dead
+    worker's error from a SIGCHLD handler, wrapped in whatever the main thread was doing)."""
     stuck = []
     for dataset in list(_tracked):
         for worker in range(dataset.num_workers):

@@ -19,9 +19,8 @@ _peers: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank
 
 
 def slurm_rendezvous_environment(port: int | None = None) -> dict[str, str]:
-    """torch's ``env://`` variables for this ``srun`` task; MASTER_ADDR: the step's first node.
-    MASTER_ADDR/MASTER_PORT set win; ``port`` wins over both; else the port is 29500 + job id %
-    1000, so that two jobs sharing a node do not both bind 29500."""
+    """torch's ``env://`` variables for this ``srun`` task; MASTER_ADDR: the step's first node; the
+    port: ``port``, MASTER_PORT, else 29500 + job id % 1000 (two jobs on a node bind two)."""
     missing = [k for k in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_JOB_ID') if k not in os.environ]
     if missing:
         raise UserError(f'--launcher slurm needs the environment srun gives its tasks; missing '
@@ -47,9 +46,8 @@ def slurm_rendezvous_environment(port: int | None = None) -> dict[str, str]:
 
 def init_cpu_process_group(timeout_s: float | None = None, launcher: str = 'pytorch',
                            port: int | None = None) -> None:
-    """Join the gloo group torchrun describes in RANK/WORLD_SIZE/MASTER_*, or with
-    ``launcher='slurm'`` this ``srun`` step's; ``timeout_s``: how long a collective waits for a
-    silent peer (``env_cfg.dist_cfg.timeout``; default 1800, as mmengine's)."""
+    """Join the gloo group of torchrun's RANK/WORLD_SIZE/MASTER_* or (``launcher='slurm'``) this
+    ``srun`` step; ``timeout_s``: a collective's wait for a silent peer (None: 1800, mmengine's)."""
     if dist.is_initialized():
         return
     if launcher == 'slurm':  # into os.environ, as mmengine's slurm start (get_local_rank reads it)
@@ -80,10 +78,9 @@ def process_running(pid: int) -> bool:
 
 
 def explain_collective_failure(error: BaseException, iteration: int | None = None) -> str | None:
-    """One line naming the ranks on this host no longer running, when ``error`` is a ``DistError``
-    or gloo's plain ``RuntimeError`` (pinned in tests/test_dead_rank.py) from a collective (in
-    ``iteration``, if known); a ``DistError`` with none dead here blames the other hosts; else
-    None. A hung rank keeps torch's timeout error."""
+    """One line naming the ranks on this host no longer running when ``error`` is a ``DistError``
+    or gloo's plain ``RuntimeError`` from a collective (in ``iteration``, if known); a ``DistError``
+    with none dead here blames the other hosts; else None (a hung rank: torch's timeout error)."""
     cause = error  # it, or what it was raised from or during
     while cause is not None and not isinstance(cause, dist.DistError) \
             and type(cause) is not RuntimeError:

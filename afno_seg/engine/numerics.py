@@ -1,6 +1,4 @@
-"""A NaN/Inf loss stops training before the optimizer step, naming the iteration and the first
-module whose output went non-finite (mmengine trains on, writing NaN into every weight); a loss
-scaler's skips end training after ``max_skipped_in_a_row``. docs/reliability.md, "NaN and Inf"."""
+"""A NaN/Inf loss stops training before its optimizer step, naming the module that made it."""
 from functools import partial
 
 import torch
@@ -102,8 +100,7 @@ class NonFiniteLossHook(Hook):
         if bad is None:  # the step ran
             self.skipped_in_a_row = 0
             return
-        # The scaler skipped this step on every rank (same gradients): was a loss non-finite
-        # somewhere? (a skip with finite losses is a scale back-off)
+        # Skipped on every rank (same gradients): a non-finite loss somewhere, or a scale back-off?
         all_reduce(flag := bad.float(), op='max')
         if not bool(flag):
             return

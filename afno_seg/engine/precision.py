@@ -1,6 +1,5 @@
-"""``--precision {auto,fp16,bf16,fp32}`` trains in that precision on any device (mmengine's
-``AmpOptimWrapper`` runs on a GPU only). ``auto``: the config's on CUDA, fp32 on a CPU, where
-bfloat16 and float16 are mostly emulated, many times slower (BENCHMARKS.md)."""
+"""``--precision {auto,fp16,bf16,fp32}`` trains in that precision on any device (mmengine's AMP is
+GPU-only); ``auto``: the config's on CUDA, fp32 on a CPU (where the others are mostly emulated)."""
 import logging
 from contextlib import contextmanager
 
@@ -76,10 +75,9 @@ class EagerStepAmpOptimWrapper(AmpOptimWrapper):
 
 @OPTIM_WRAPPERS.register_module()
 class CPUAutocastOptimWrapper(AmpOptimWrapper):
-    """``AmpOptimWrapper`` on a CPU: ``torch.autocast('cpu', dtype)`` (``'float16'`` or
-    ``'bfloat16'``), float16 loss-scaled by ``torch.amp.GradScaler('cpu')`` (``loss_scale`` as
-    ``AmpOptimWrapper``'s). mmengine's asserts a GPU in ``__init__``; this one replaces it and
-    sets the ``_scale_update_param`` that ``step`` reads (docs/private_apis.md)."""
+    """``AmpOptimWrapper`` on a CPU: ``torch.autocast('cpu', dtype)`` (float16 or bfloat16), float16
+    loss-scaled (``loss_scale`` as mmengine's); its own ``__init__`` (mmengine's asserts a GPU) sets
+    the ``_scale_update_param`` that ``step`` reads (docs/private_apis.md)."""
 
     def __init__(self, dtype: str = 'bfloat16', loss_scale='dynamic', **kwargs) -> None:
         OptimWrapper.__init__(self, **kwargs)

@@ -1,9 +1,6 @@
 """Bad input fails before the Runner, in one line naming the config key, the file and what to do,
-where mmengine fails later and vaguer (an empty split: ``need at least one array to concatenate``;
-an unwritable work_dir: at the first checkpoint; a misspelt ``type``: a registry ``KeyError``; a
-missing pretrained file: deep in ``init_weights``; a misspelt loop or ``--cfg-options`` key: a
-``TypeError`` or nothing; random bytes as a checkpoint: after mmengine's whole start-up; a
-work_dir of another run: trained over, ``last_checkpoint`` then naming the newer run's file)."""
+where mmengine fails later and vaguer: an empty split, an unwritable or used work_dir, a misspelt
+``type``, loop or ``--cfg-options`` key, a missing pretrained file, random bytes as a checkpoint."""
 import difflib
 import importlib
 import inspect
@@ -123,8 +120,7 @@ def _walk(node, path: str, skip=()):
 
 
 def check_model_types(cfg: Config) -> None:
-    """A :class:`.UserError` for an unregistered ``type`` in ``cfg.model``, looked up in the
-    ``MODELS`` of the config's ``default_scope`` (mmseg if unset)."""
+    """A :class:`.UserError` for a ``type`` in ``cfg.model`` not in its scope's (mmseg) MODELS."""
     source, scope = cfg.filename or 'the config', cfg.get('default_scope', None) or 'mmseg'
     registry = importlib.import_module(f'{scope}.registry').MODELS
     for path, _, key, name in _walk(cfg.get('model'), 'model', OTHER_REGISTRY_KEYS):
@@ -143,9 +139,8 @@ def check_model_types(cfg: Config) -> None:
 
 
 def check_pretrained(cfg: Config, from_scratch: bool = False) -> None:
-    """Refuse a missing local pretrained file of ``cfg.model`` (``init_cfg`` of type
-    ``Pretrained``, mmseg's ``pretrained=``): a :class:`.UserError`. ``from_scratch``,
-    or a ``load_from`` that replaces every weight anyway, drops them instead (one line)."""
+    """Refuse a missing local pretrained file of ``cfg.model`` (``init_cfg`` or ``pretrained=``): a
+    :class:`.UserError`; ``from_scratch`` or a ``load_from`` drops them instead (one line)."""
     found = []
     for where, node, name, value in _walk(cfg.get('model'), 'model'):
         if isinstance(value, dict) and value.get('type') == 'Pretrained' and \
@@ -186,29 +181,27 @@ def _edits(a: str, b: str) -> int:
 
 
 def check_option_keys(cfg: Config, options: dict | None) -> None:
-    """A ``--cfg-options`` key that ``cfg`` lacks where a sibling is one or two edits away (one
-    for names under 6 characters) is a :class:`.UserError` ("did you mean"); others add keys."""
+    """A :class:`.UserError` for a ``--cfg-options`` key one or two edits from a sibling's."""
     for key, value in (options or {}).items():
-        node, path = cfg, []
-        for part in key.split('.'):
+        node, parts = cfg, key.split('.')
+        for depth, part in enumerate(parts):
             if isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
-                node, path = node[int(part)], path + [part]
-                continue
-            if not hasattr(node, 'keys') or part in node:
-                node, path = node.get(part) if hasattr(node, 'keys') else None, path + [part]
-                continue
-            limit = 2 if len(part) >= 6 else 1 if len(part) >= 3 else 0
-            near = sorted((_edits(part, k), k) for k in node.keys() if isinstance(k, str))
-            if near and 0 < near[0][0] <= limit:
-                parent = '.'.join(path) or 'the config'
-                raise UserError(f'--cfg-options {key}={value}: {parent} has no key {part!r}; did '
-                                f'you mean {".".join(path + [near[0][1]])}?')
-            break
+                node = node[int(part)]
+            elif not hasattr(node, 'keys') or part in node:
+                node = node.get(part) if hasattr(node, 'keys') else None
+            else:
+                limit = 2 if len(part) >= 6 else 1 if len(part) >= 3 else 0
+                edits, near = min(((_edits(part, k), k) for k in node.keys()
+                                   if isinstance(k, str)), default=(0, ''))
+                if 0 < edits <= limit:
+                    raise UserError(f'--cfg-options {key}={value}: '
+                                    f'{".".join(parts[:depth]) or "the config"} has no key '
+                                    f'{part!r}; did you mean {".".join(parts[:depth] + [near])}?')
+                break
 
 
 def check_loop_keys(cfg: Config, loops=('train_cfg', 'val_cfg', 'test_cfg')) -> None:
-    """A key of ``loops`` that its loop class does not take (mmengine: a ``TypeError`` from
-    ``__init__`` after the Runner's start-up) is a :class:`.UserError` naming the closest one."""
+    """A :class:`.UserError` for a key of ``loops`` that its loop class does not take."""
     from mmengine.registry import LOOPS as registry
     with suppress(ImportError):
         registry = importlib.import_module(f'{cfg.get("default_scope", None)}.registry').LOOPS
@@ -217,9 +210,8 @@ def check_loop_keys(cfg: Config, loops=('train_cfg', 'val_cfg', 'test_cfg')) -> 
         if not isinstance(loop, dict):
             continue
         by_epoch = name == 'train_cfg' and 'type' not in loop  # mmengine's rule without a type
-        kind = loop.get('type') or dict(
-            train_cfg='EpochBasedTrainLoop' if loop.get('by_epoch') else 'IterBasedTrainLoop',
-            val_cfg='ValLoop', test_cfg='TestLoop')[name]
+        kind = loop.get('type') or dict(val_cfg='ValLoop', test_cfg='TestLoop').get(
+            name, 'EpochBasedTrainLoop' if loop.get('by_epoch') else 'IterBasedTrainLoop')
         loop_class, params = None, {}
         with suppress(Exception):  # not resolvable here: the Runner will say
             loop_class = kind if isinstance(kind, type) else registry.get(kind)
@@ -229,17 +221,15 @@ def check_loop_keys(cfg: Config, loops=('train_cfg', 'val_cfg', 'test_cfg')) -> 
         taken = [p for p in params if p not in ('self', 'runner', 'dataloader', 'evaluator')]
         for key in loop:
             if key not in taken and key != 'type' and not (by_epoch and key == 'by_epoch'):
-                close = difflib.get_close_matches(key, taken, n=1, cutoff=0.6)
-                raise UserError(
-                    f'{cfg.filename or "the config"}: {name}.{key}={loop[key]!r}: '
-                    f'{loop_class.__name__} takes no {key!r}' +
-                    (f'; did you mean {close[0]}?' if close else '') +
-                    f' (it takes {", ".join(taken)})')
+                close = ''.join(f'; did you mean {match}?' for match in
+                                difflib.get_close_matches(key, taken, n=1, cutoff=0.6))
+                raise UserError(f'{cfg.filename or "the config"}: {name}.{key}={loop[key]!r}: '
+                                f'{loop_class.__name__} takes no {key!r}{close} (it takes '
+                                f'{", ".join(taken)})')
 
 
 def check_loaders(cfg: Config, loaders: list, cuda: bool) -> None:
-    """In ``loaders``: ``persistent_workers`` off where ``num_workers`` is 0 (torch refuses the
-    pair), and without CUDA at most one worker per available core (torch warns); one line each."""
+    """``loaders``: ``persistent_workers`` off without workers; on a CPU workers <= cores."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
     capped, persistent = [], []
     for name in loaders:
@@ -259,33 +249,9 @@ def check_loaders(cfg: Config, loaders: list, cuda: bool) -> None:
                   'False (it keeps worker processes, there are none)', 'current')
 
 
-def _is_container(path: str) -> bool:
-    """The header of a checkpoint container: safetensors' length + JSON, a zip (torch's format,
-    its end record: a truncated file has none) or a pickle (torch's legacy format)."""
-    with open(path, 'rb') as file:
-        head = file.read(9)
-    if path.lower().endswith('.safetensors'):
-        return head[8:9] == b'{' and int.from_bytes(head[:8], 'little') < osp.getsize(path)
-    return zipfile.is_zipfile(path) or head[:1] == b'\x80'
-
-
-def _pickled_keys(path: str) -> set | None:
-    """The strings of a zip checkpoint's pickle (its keys among them), read without unpickling
-    and without the tensor data; None where that is not possible or where the pickle names a
-    global beyond torch, NumPy and mmengine (the safe loader refuses it, naming the global)."""
-    with suppress(Exception), zipfile.ZipFile(path) as archive:
-        name = next(n for n in archive.namelist() if n.endswith('data.pkl'))
-        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(archive.read(name))]
-        if all(arg.split(' ')[0].split('.')[0] in ('torch', 'collections', 'numpy', 'mmengine')
-               for op, arg in ops if op == 'GLOBAL'):
-            return {arg for _, arg in ops if isinstance(arg, str)}
-    return None
-
-
 def check_checkpoint(filename: str | None, role: str, training: bool = False) -> None:
-    """A local checkpoint (a folder's ``last_checkpoint`` resolved) whose container header is
-    wrong, and with ``training`` one without mmengine's ``message_hub`` (a ``--resume`` of a
-    weights-only file: mmengine's ``KeyError``): a :class:`.CheckpointError` naming ``role``."""
+    """A :class:`.CheckpointError` naming ``role`` for a local checkpoint with a wrong container
+    header, or with ``training`` one without ``message_hub`` (mmengine: a ``KeyError``)."""
     if not filename or '://' in str(filename):
         return  # a URL: read (and refused) by the loader
     if osp.splitext(str(filename))[1] in ('.py', '.yml', '.yaml', '.json'):
@@ -293,39 +259,41 @@ def check_checkpoint(filename: str | None, role: str, training: bool = False) ->
                               'take the config first, then the checkpoint')
     path = local_checkpoint_file(filename)
     safetensors = path.lower().endswith('.safetensors')
-    if not _is_container(path):
+    with open(path, 'rb') as file:
+        head = file.read(9)
+    # safetensors: a header length, then JSON; torch: a whole zip (with its end) or a pickle
+    if not (head[8:9] == b'{' and int.from_bytes(head[:8], 'little') < osp.getsize(path)
+            if safetensors else zipfile.is_zipfile(path) or head[:1] == b'\x80'):
         kind = 'safetensors file' if safetensors else 'PyTorch checkpoint'
         raise CheckpointError(f'{filename} ({osp.getsize(path)} bytes) is not a readable {kind} '
                               '(no container header): damaged or not a checkpoint; pass another '
                               '(e.g. an earlier iter_*.pth)')
-    keys = set() if safetensors else _pickled_keys(path) if training else None
+    keys = set() if safetensors else None  # the keys: a zip's pickled strings, not unpickled
+    if training and not safetensors:
+        with suppress(Exception), zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.endswith('data.pkl'))
+            ops = [(op.name, arg) for op, arg, _ in pickletools.genops(archive.read(name))]
+            if all(arg.split(' ')[0].split('.')[0] in ('torch', 'collections', 'numpy', 'mmengine')
+                   for op, arg in ops if op == 'GLOBAL'):  # else the safe loader names it
+                keys = {arg for _, arg in ops if isinstance(arg, str)}
     if keys is not None and 'message_hub' not in keys:
         raise CheckpointError(f'{role} {path} is not a training checkpoint (weights only: no '
                               'message_hub, optimizer or scheduler state); to start from its '
                               f'weights, run without --resume with load_from={path}')
 
 
-def _previous_run(work_dir: str) -> str | None:
-    """What ``work_dir`` holds of a training run, in words (its newest checkpoint, iteration or
-    epoch, config), or None: no ``last_checkpoint``, no ``iter_N.pth``/``epoch_N.pth``."""
+def claim_work_dir(cfg: Config, overwrite: bool) -> None:
+    """Refuse (:class:`.UserError`) a ``cfg.work_dir`` holding a run unless ``cfg.resume`` (off if
+    nothing to resume); with ``overwrite`` move its files to ``work_dir/overwritten_<time>/``."""
+    work_dir, last = cfg.work_dir, Path(cfg.work_dir, 'last_checkpoint')
     names = os.listdir(work_dir) if osp.isdir(work_dir) else []
-    last = Path(work_dir, 'last_checkpoint')
-    named = osp.basename(last.read_text().strip()) if last.is_file() else ''
-    saved = [n for n in names if CHECKPOINT_RE.fullmatch(n)]
-    if not (named or saved):
-        return None
-    checkpoint = named or max(saved, key=lambda n: int(CHECKPOINT_RE.fullmatch(n)[2]))
-    match = CHECKPOINT_RE.fullmatch(checkpoint)
+    checkpoint = osp.basename(last.read_text().strip()) if last.is_file() else ''
+    checkpoint = checkpoint or max((n for n in names if CHECKPOINT_RE.fullmatch(n)), default='',
+                                   key=lambda n: int(CHECKPOINT_RE.fullmatch(n)[2]))
+    match = CHECKPOINT_RE.fullmatch(checkpoint)  # the run in words: checkpoint, step, config
     where = f'{"iteration" if match[1] == "iter" else "epoch"} {match[2]}, ' if match else ''
     configs = ', '.join(n for n in sorted(names) if n.endswith('.py')) or 'not saved'
-    return f'{where}{checkpoint}, config {configs}'
-
-
-def claim_work_dir(cfg: Config, overwrite: bool) -> None:
-    """Refuse (:class:`.UserError`) a ``cfg.work_dir`` that holds a run unless ``cfg.resume``
-    (turned off where there is nothing to resume); with ``overwrite`` move that run's files into
-    ``work_dir/overwritten_<time>/`` (one line)."""
-    work_dir, run = cfg.work_dir, _previous_run(cfg.work_dir)
+    run = f'{where}{checkpoint}, config {configs}' if checkpoint else None
     if cfg.get('resume') and run is None and not cfg.get('load_from'):
         cfg.resume = False  # nothing to resume: mmengine would start afresh, saying so twice
     if cfg.get('resume') or run is None:
@@ -348,8 +316,7 @@ def claim_work_dir(cfg: Config, overwrite: bool) -> None:
 
 
 def finished_run(cfg: Config) -> str | None:
-    """With ``cfg.resume``: the checkpoint it would resume (``load_from``, else what
-    ``last_checkpoint`` names) if its name says that the schedule is done, else None."""
+    """The checkpoint ``cfg.resume`` would resume if its name says the schedule is done."""
     last = Path(cfg.work_dir, 'last_checkpoint')
     checkpoint = cfg.get('load_from') or (last.read_text().strip() if last.is_file() else '')
     match = CHECKPOINT_RE.fullmatch(osp.basename(checkpoint))

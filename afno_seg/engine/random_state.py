@@ -1,6 +1,4 @@
-"""A resumed run draws the random numbers of one that never stopped (mmengine restores no random
-generator: dropout and drop-path restart from the seed, and validation shifts every later draw).
-Needs a fixed ``randomness.seed`` (not checked); docs/reliability.md, "Kill and resume"."""
+"""A resumed run draws the random numbers of one that never stopped (with ``randomness.seed``)."""
 import random
 
 import numpy as np
@@ -28,10 +26,9 @@ def set_random_state(state: dict) -> None:
 
 @HOOKS.register_module()
 class RandomStateHook(Hook):
-    """Save the random generators in ``checkpoint['rng_state']`` (torch's now; Python's and
-    NumPy's at the start of training, where mmengine's fast-forward of the loader replays the data
-    draws from) and restore them on a resume: Python/NumPy before that replay, torch before the
-    first resumed forward pass. Validation leaves them as it found them."""
+    """Save the random generators in ``checkpoint['rng_state']`` (torch's now; Python's and NumPy's
+    from the start of training, where mmengine's loader fast-forward replays) and restore them on a
+    resume, before that replay and the first forward pass; validation leaves them as they were."""
 
     priority = 'VERY_HIGH'  # before_train_iter: set the state before anything else draws
 

@@ -1,5 +1,4 @@
-"""A run's last lines say where its results are, each at its path on disk (mmseg's log says it on
-the way in hundreds of lines; its ``CityscapesMetric`` logs the parent of its ``output_dir``)."""
+"""A run's last lines say where its results are on disk (mmseg's log, hundreds of lines up)."""
 import numbers
 import os
 import os.path as osp
@@ -18,8 +17,7 @@ def _metrics(metrics: dict) -> str:
 
 
 def train_results(runner: Runner) -> list[tuple[str, str]]:
-    """(what, where) after training: the checkpoint ``last_checkpoint`` names, the best one, the
-    last validation metrics, the config as run, the log."""
+    """(what, where) after training: checkpoints, last validation metrics, config, log."""
     rows, hub = [], runner.message_hub
     if osp.isfile(last := osp.join(runner.work_dir, 'last_checkpoint')):
         rows.append(('checkpoint', Path(last).read_text().strip()))
@@ -35,8 +33,7 @@ def train_results(runner: Runner) -> list[tuple[str, str]]:
 
 
 def test_results(runner: Runner, metrics: dict | None) -> list[tuple[str, str]]:
-    """(what, where) after a test: the metrics and their JSON, each evaluator's output folder
-    (``--out``, ``--format-only``) or report (``--report``), the painted images, the log."""
+    """(what, where) after a test: metrics, their JSON, evaluators' outputs, painted images, log."""
     rows = [('metrics', _metrics(metrics))] if _metrics(metrics or {}) else []
     if osp.isfile(json_file := osp.join(runner.log_dir, f'{runner.timestamp}.json')):
         rows.append(('metrics json', json_file))
@@ -55,8 +52,7 @@ def test_results(runner: Runner, metrics: dict | None) -> list[tuple[str, str]]:
 
 
 def print_results(rows: list[tuple[str, str]]) -> None:
-    """The rows as the run's last lines, on stdout of the main process; paths inside the
-    working directory as relative ones (mmengine makes the work_dir absolute)."""
+    """The rows as the run's last lines on the main process's stdout, paths relative to cwd."""
     if is_main_process():
         cwd, width = os.getcwd() + os.sep, max(len(what) for what, _ in rows)
         print('results:\n' + '\n'.join(f'  {what:<{width}}  {where.replace(cwd, "")}'

@@ -21,16 +21,11 @@ from mmengine.runner import Runner
 from ..decode_heads import use_low_res_fusion
 from ..mixer_switch import resolve_config_path, spec_slug, switch_mixer
 from . import cpu_memory, preflight, results
+from . import dataloader_faults as faults
 from .checkpoint import trusted_checkpoints, without_config_text
 from .checkpoint_fit import CheckpointFitHook
 from .checkpoint_hook import TrainingInterrupted, restart_count, stop_signals_released
 from .console import VERBOSE, print_header, quiet_console
-from .dataloader_faults import (
-    DEFAULT_TIMEOUT_S,
-    TrackedDataset,
-    explain_worker_failure,
-    worker_init,
-)
 from .distributed import explain_collective_failure, init_cpu_process_group, record_peers
 from .errors import UserError
 from .precision import apply_precision
@@ -44,8 +39,7 @@ _IN_TOOL: ContextVar[bool] = ContextVar('afno_seg_in_tool', default=False)  # in
 
 
 def check_config_path(config: str, checkpoint: str | None = None) -> str:
-    """The file of ``config`` (``mmseg::`` resolved); a missing one, a checkpoint in its place
-    or config and ``checkpoint`` swapped is one line (mmengine's is a traceback)."""
+    """The file of ``config`` (``mmseg::`` resolved); a missing one or a checkpoint: one line."""
     path = resolve_config_path(config)
     if Path(path).suffix in CONFIG_SUFFIXES and Path(path).is_file():
         return path
@@ -62,9 +56,8 @@ def check_config_path(config: str, checkpoint: str | None = None) -> str:
 def load_config(config: str, launcher: str = 'none', cfg_options: dict | None = None,
                 work_dir: str | None = None, *, mixer: str | None = None,
                 pretrained: bool = True, checkpoint: str | None = None) -> Config:
-    """``Config.fromfile`` (:func:`check_config_path` first) with mmseg's tool conventions
-    (``--cfg-options``: a near miss of a key refused; default work_dir), then ``--mixer``
-    (``pretrained`` False: no MiT file)."""
+    """``Config.fromfile`` (:func:`check_config_path` first) with mmseg's tool conventions (checked
+    ``--cfg-options``, default work_dir), then ``--mixer`` (``pretrained`` False: no MiT file)."""
     cfg = Config.fromfile(check_config_path(config, checkpoint))
     cfg.launcher = launcher
     preflight.check_option_keys(cfg, cfg_options)
@@ -86,8 +79,7 @@ def write_switched_config(config: str, spec: str | None, out_dir: str,
 
 
 def adapt_config_to_device(cfg: Config, distributed: bool, cuda: bool) -> None:
-    """Distributed without CUDA: gloo and mmengine's DDP with ``device_ids=None`` (the Runner's
-    ``[LOCAL_RANK]`` fails on a CPU) in ``cfg``, logged."""
+    """Distributed without CUDA: gloo and DDP with ``device_ids=None`` (not LOCAL_RANK), logged."""
     if cuda or not distributed:
         return
     cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
@@ -102,10 +94,8 @@ def adapt_config_to_device(cfg: Config, distributed: bool, cuda: bool) -> None:
 
 @RUNNERS.register_module()
 class AfnoSegRunner(Runner):
-    """mmengine's ``Runner`` as the tools run it: ``train()`` releases the stop signals however
-    it ends; without CUDA SyncBN runs as BatchNorm; loaders with workers get a ``timeout``, a
-    :class:`~.dataloader_faults.TrackedDataset` and :func:`~.dataloader_faults.worker_init`;
-    under ``compile=True`` the optimizer step stays eager (:mod:`.precision`)."""
+    """mmengine's ``Runner`` as the tools run it: stop signals released however ``train()`` ends, a
+    quiet console, SyncBN as BatchNorm on a CPU, loader workers tracked, ``compile``: eager step."""
 
     def train(self, *args, **kwargs):
         # No hook can: mmengine calls none on an exception. Inside run_tool a failure ignores them
@@ -139,21 +129,18 @@ class AfnoSegRunner(Runner):
     def build_dataloader(self, dataloader, seed=None, diff_rank_seed=False):
         workers = dataloader.get('num_workers', 0) if isinstance(dataloader, dict) else 0
         if workers and 'worker_init_fn' not in dataloader:
-            timeout = dataloader.get('timeout', DEFAULT_TIMEOUT_S)
+            timeout = dataloader.get('timeout', faults.DEFAULT_TIMEOUT_S)
             dataloader = {**dataloader, 'timeout': timeout, 'dataset': dict(
-                type=TrackedDataset, dataset=dataloader['dataset'], num_workers=workers,
-                timeout=timeout), 'worker_init_fn': dict(type=worker_init, num_workers=workers,
-                                                         rank=get_rank(), seed=seed)}
+                type=faults.TrackedDataset, dataset=dataloader['dataset'], num_workers=workers,
+                timeout=timeout), 'worker_init_fn': dict(
+                type=faults.worker_init, num_workers=workers, rank=get_rank(), seed=seed)}
         return super().build_dataloader(dataloader, seed, diff_rank_seed)
 
 
 def build_runner(cfg: Config, loaders: Sequence[str], precision: str = 'auto', *,
                  overwrite: bool | None = None) -> Runner:
-    """Check the data of ``loaders``, the model types, the loop keys, the loaders' workers and the
-    work_dir (``overwrite`` not None: :func:`.preflight.claim_work_dir`); train in ``precision``
-    (:func:`.apply_precision`); without CUDA adapt the config, keep freed memory (cpu_memory)
-    and join a gloo group under ``--launcher pytorch|slurm``; build an :class:`AfnoSegRunner`
-    and print the run's header."""
+    """Check ``cfg`` (:mod:`.preflight`; ``overwrite`` not None: ``claim_work_dir``), train in
+    ``precision``, adapt to a CPU, build an :class:`AfnoSegRunner` and print the run's header."""
     cuda, training = torch.cuda.is_available(), 'train_dataloader' in loaders
     preflight.check_data_roots(cfg, loaders)
     preflight.check_model_types(cfg)
@@ -204,10 +191,9 @@ def run_train(config: str, work_dir: str | None = None, cfg_options: dict | None
         return results.print_results([('checkpoint', done)] +
                                      [('config', config_file)] * osp.isfile(config_file))
     preflight.check_pretrained(cfg, from_scratch)
-    last = cfg.work_dir if osp.isfile(osp.join(cfg.work_dir, 'last_checkpoint')) else None
-    preflight.check_checkpoint(cfg.get('load_from') or (last if cfg.resume else None),
-                               '--resume checkpoint' if cfg.resume else 'load_from',
-                               training=cfg.resume)
+    last = cfg.resume and osp.isfile(osp.join(cfg.work_dir, 'last_checkpoint')) and cfg.work_dir
+    preflight.check_checkpoint(cfg.get('load_from') or last, '--resume checkpoint' if cfg.resume
+                               else 'load_from', training=cfg.resume)
     loaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
     runner = build_runner(cfg, loaders, precision, overwrite=overwrite)
     with trusted_checkpoints(trust):
@@ -237,9 +223,8 @@ def run_test(config: str, checkpoint: str, work_dir: str | None = None,
 
 
 def run_tool(main: Callable[[], None]) -> int:
-    """A tool's main as its exit status (main's own int, else 0): 1 with the message alone on
-    stderr for a :class:`UserError`, a dead or stuck loader worker, a dead rank; 75 for a stop
-    signal (:class:`~.checkpoint_hook.TrainingInterrupted`)."""
+    """A tool's main as its exit status (its int, else 0): 1, the message alone on stderr, for a
+    :class:`UserError`, a dead or stuck loader worker, a dead rank; 75 for a stop signal."""
     code, peers_lost, failed, token = 0, False, False, _IN_TOOL.set(True)
     try:
         code = result if isinstance(result := main(), int) else 0
@@ -247,7 +232,8 @@ def run_tool(main: Callable[[], None]) -> int:
         code = stop.exit_code
     except Exception as error:
         failed = True
-        message = str(error) if isinstance(error, UserError) else explain_worker_failure(error)
+        message = str(error) if isinstance(error, UserError) else \
+            faults.explain_worker_failure(error)
         if message is None:
             iteration = MessageHub.get_current_instance().get_info('iter')  # None: no training
             message = explain_collective_failure(error, None if iteration is None else
