@@ -208,3 +208,59 @@ def test_spectrum_of_study_checkpoints_feeds_the_table_and_compares(killed_and_r
     assert (tmp_path / 'afno_sparsity_compare.png').is_file()
     with pytest.raises(UserError, match='spectrum.json not found'):
         spectrum.main(['--compare', str(tmp_path / 'none'), '--out-dir', str(tmp_path)])
+
+
+def test_transplant_source_spec_trains_first_and_every_row_starts_from_it(tmp_path, capsys):
+    study = load_script('tools/analysis/mixer_study.py')
+    study.main([
+        DEMO, '--mixers', 'afno', 'esa', '--seeds', '3', '4', '--work-dir', str(tmp_path),
+        '--transplant-from', 'esa', '--print-slurm', '--cfg-options', 'train_cfg.max_iters=40',
+        '--source-cfg-options', 'train_cfg.max_iters=160'])
+    lines = capsys.readouterr().out.splitlines()
+    source = tmp_path / 'source' / 'source__segformer_afno_demo__esa' / 'seed3' / 'train'
+    assert f'--work-dir {source} ' in lines[0]  # the source first, at the first seed
+    assert lines[0].endswith('train_cfg.max_iters=40 train_cfg.max_iters=160')
+    assert lines[1].startswith('#')
+    assert len(lines) == 6 and all(line.endswith(f'load_from={source}/iter_160.pth')
+                                   for line in lines[2:])
+    derived = Config.fromfile(str(tmp_path / 'configs' / 'source__segformer_afno_demo__esa.py'))
+    assert {m['type'] for m in derived.model.backbone.mixers} == {'EfficientSelfAttentionMixer'}
+    with pytest.raises(UserError, match='no such checkpoint'):
+        study.main([DEMO, '--mixers', 'afno', '--work-dir', str(tmp_path), '--transplant-from',
+                    str(tmp_path / 'missing.pth'), '--print-slurm'])
+
+
+@pytest.mark.slow
+def test_transplant_study_fine_tunes_every_row_from_the_checkpoint(tiny_trained, tiny_demo_data,
+                                                                   tmp_path):
+    """The tiny AFNO run as the source, ESA's attention put in its place, at a seed whose
+    initialisation differs from the source's; 2 fine-tune iterations."""
+    import torch
+    source = tiny_trained.work_dir / 'iter_6.pth'
+    root = str(tiny_demo_data) + '/'
+    args = [TINY_CONFIG, '--mixers', 'esa', '--seeds', '1', '--work-dir', str(tmp_path),
+            '--transplant-from', str(source), '--no-costs', '--cfg-options',
+            *(f'{loader}.dataset.data_root={root}' for loader in ('train_dataloader',
+                                                                   'val_dataloader',
+                                                                   'test_dataloader')),
+            'train_cfg.max_iters=2', 'param_scheduler.0.end=1', 'param_scheduler.1.begin=1',
+            'param_scheduler.1.end=2', 'default_hooks.checkpoint.interval=2']
+    first = run_study_here(*args)
+    assert 'trained 1, evaluated 1' in first.stdout
+    source_state = torch.load(source, map_location='cpu', weights_only=False)['state_dict']
+    log = (tmp_path / 'logs' / 'tiny_demo__esa_s1_train.log').read_text()
+    assert f'"load_from": "{source}"' in log.splitlines()[0]
+    tuned = torch.load(tmp_path / 'runs' / 'tiny_demo__esa' / 'seed1' / 'train' / 'iter_2.pth',
+                       map_location='cpu', weights_only=False)['state_dict']
+    shared = [k for k in tuned if '.attn.' not in k
+              and not k.endswith(('running_mean', 'running_var', 'num_batches_tracked'))]
+    assert len(shared) > 50  # patch embeddings, norms, Mix-FFNs, the head
+    for key in shared:  # 2 small steps away from the source, far from a seed-1 initialisation
+        assert torch.allclose(tuned[key], source_state[key], atol=5e-3), key
+    new = [k for k in tuned if '.attn.' in k]  # ESA's, which the AFNO source lacks
+    assert new and not any(k in source_state for k in new)
+    table = (tmp_path / 'study.md').read_text()
+    assert f'Transplant: every run starts from `{source}`' in table
+    assert '| reference |' in table
+    again = run_study_here(*args)
+    assert 'trained 0, evaluated 0, skipped 1' in again.stdout

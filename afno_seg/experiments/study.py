@@ -4,7 +4,9 @@
 (resuming; torchrun with ``gpus > 1``), evaluates it at each scale whose metrics JSON is missing
 (the headline scale of every run first), optionally analyses the spectrum of each row's first
 seed, and counts each row's FLOPs. Each step is a process of its own (:mod:`.study_jobs`) logging
-into ``logs/`` in the work dir; progress lines go to stdout.
+into ``logs/`` in the work dir; progress lines go to stdout. A transplant study (``load_from``)
+starts every training from one checkpoint, each row's mixers new in it; its source is a given
+checkpoint or a run trained first (:func:`train_source`).
 """
 import json
 import shlex
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..engine.errors import UserError
@@ -22,8 +24,9 @@ from . import study_jobs
 from .study_jobs import parsed_cfg_options
 from .study_plan import Run, cost_config_of, scale_options
 
-__all__ = ['StudyOptions', 'cost_files', 'eval_metrics_file', 'final_checkpoint',
-           'pending_benchmark', 'run_logged', 'run_study', 'slurm_commands', 'train_command']
+__all__ = ['StudyOptions', 'cost_files', 'eval_metrics_file', 'final_checkpoint', 'max_iters_of',
+           'pending_benchmark', 'run_logged', 'run_study', 'slurm_commands', 'source_options',
+           'train_command', 'train_source']
 
 
 @dataclass
@@ -46,11 +49,15 @@ class StudyOptions:
     runs: bool = True  # False: costs (and spectrum) only
     bench_max_params_m: float | None = None
     train: bool = True  # False: evaluate only what is trained (e.g. beside a running study)
+    load_from: str | None = None  # transplant: every training starts from this checkpoint
+    source_cfg_options: Sequence[str] | None = None  # transplant source's training, added
+    earlier_csv: str | None = None  # per-seed mIoU of rows without runs here (the table's)
 
     def __post_init__(self) -> None:
         self.work_dir = Path(self.work_dir)
         self.seeds = list(self.seeds)
         self.cfg_options = list(self.cfg_options or [])
+        self.source_cfg_options = list(self.source_cfg_options or [])
         self.eval_scales = [float(s) for s in self.eval_scales]
 
 
@@ -76,10 +83,13 @@ def eval_metrics_file(eval_dir: Path) -> Path | None:
 
 
 def train_command(run: Run, options: StudyOptions) -> list[str]:
-    """Training command of ``run`` (resuming when it has a checkpoint to resume from)."""
+    """Training command of ``run`` (resuming when it has a checkpoint to resume from, else
+    starting from ``options.load_from`` where set)."""
     kwargs = dict(config=run.row.train_config, work_dir=str(run.train_dir),
                   cfg_options=[f'randomness.seed={run.seed}', *options.cfg_options],
                   resume=(run.train_dir / 'last_checkpoint').is_file())
+    if options.load_from and not kwargs['resume']:  # mmengine: resume + load_from resumes it
+        kwargs['load_from'] = str(options.load_from)
     if options.gpus <= 1:
         return _job('train', **kwargs)
     # torchrun on one node, as tools/dist_train.sh
@@ -92,7 +102,8 @@ def slurm_commands(runs: list[Run], options: StudyOptions) -> list[str]:
     lines = []
     for run in runs:
         args = [run.row.train_config, '--work-dir', str(run.train_dir), '--resume',
-                '--cfg-options', f'randomness.seed={run.seed}', *options.cfg_options]
+                '--cfg-options', f'randomness.seed={run.seed}', *options.cfg_options,
+                *([f'load_from={options.load_from}'] if options.load_from else [])]
         job = f'{run.row.row_id}_s{run.seed}'
         lines.append(f'GPUS={options.gpus} bash tools/slurm_train.sh {options.partition} '
                      f'{job} ' + ' '.join(shlex.quote(a) for a in args))
@@ -137,9 +148,21 @@ def run_logged(command: list[str], log_path: Path, prefix: str) -> None:
                         f'Last lines:\n{tail}')
 
 
+def max_iters_of(run: Run, options: StudyOptions) -> int:
+    cfg = load_config(run.row.train_config, cfg_options=parsed_cfg_options(options.cfg_options))
+    return cfg.train_cfg.max_iters
+
+
+def source_options(options: StudyOptions) -> StudyOptions:
+    """The options the transplant's source is trained with (``--source-cfg-options`` added) and
+    evaluated with (the headline scale)."""
+    return replace(options, cfg_options=[*options.cfg_options, *options.source_cfg_options],
+                   eval_scales=options.eval_scales[:1], load_from=None, spectrum=False)
+
+
 def _run_one(run: Run, index: int, total: int, options: StudyOptions, scales: list[float]) -> dict:
     """Train one run and evaluate it at ``scales``, skipping what is done; returns what it did."""
-    prefix = f'[{index}/{total}] {run.name}:'
+    prefix = f'[{index}/{total}] {run.name}:' if total else f'{run.name}:'
     cfg = load_config(run.row.train_config, cfg_options=parsed_cfg_options(options.cfg_options))
     max_iters = cfg.train_cfg.max_iters
     logs = options.work_dir / 'logs'
@@ -226,10 +249,24 @@ def pending_benchmark(rows, options: StudyOptions) -> list[str]:
     return [] if marker.is_file() and json.loads(marker.read_text()) == configs else configs
 
 
-def run_study(rows, runs: list[Run], options: StudyOptions) -> dict:
-    """Run everything not yet done; returns counts of what was trained / evaluated / skipped."""
+def train_source(source: Run, options: StudyOptions) -> None:
+    """Train and evaluate the transplant's source unless done; ``options.load_from`` becomes its
+    final checkpoint. A failure stops the study: every row starts from it."""
+    own = source_options(options)
+    _run_one(source, 0, 0, own, own.eval_scales)
+    options.load_from = final_checkpoint(source, max_iters_of(source, own))
+    if options.load_from is None:
+        raise UserError(f'{source.name}: not trained (--no-train?); the transplant rows start '
+                        f'from its final checkpoint in {source.train_dir}')
+
+
+def run_study(rows, runs: list[Run], options: StudyOptions, source: Run | None = None) -> dict:
+    """Run everything not yet done (the transplant ``source`` first); returns counts of what was
+    trained / evaluated / skipped."""
     counts = dict(trained=0, evaluated=0, skipped=0)
     started = time.monotonic()
+    if source is not None and options.runs:
+        train_source(source, options)
     # First every run at the headline scale, then the other scales: an interrupted study
     # has its main column complete first.
     for phase, scales in enumerate((options.eval_scales[:1], options.eval_scales[1:])):

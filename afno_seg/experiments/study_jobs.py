@@ -22,10 +22,15 @@ def parsed_cfg_options(raw: list[str]) -> dict:
 
 
 def train(config: str, work_dir: str, cfg_options: list[str], resume: bool = False,
-          launcher: str = 'none') -> None:
-    """``tools/train.py CONFIG --work-dir W [--resume] [--launcher L] --cfg-options ...``."""
+          launcher: str = 'none', load_from: str | None = None) -> None:
+    """``tools/train.py CONFIG --work-dir W [--resume] [--launcher L] --cfg-options ...
+    [load_from=CHECKPOINT]`` (a transplant: the tensors of the config's new mixers stay as
+    initialised, mmengine names them)."""
     from ..engine import run_train
-    run_train(config, work_dir, parsed_cfg_options(cfg_options), launcher=launcher, resume=resume)
+    options = parsed_cfg_options(cfg_options)
+    if load_from:
+        options['load_from'] = load_from
+    run_train(config, work_dir, options, launcher=launcher, resume=resume)
 
 
 def evaluate(config: str, checkpoint: str, work_dir: str, cfg_options: list[str]) -> None:

@@ -17,8 +17,8 @@ from ..engine.runner import load_config
 from ..mixer_switch import parse_mixer_spec, spec_slug
 from ..mixers import mixer_variants
 
-__all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'mixer_label',
-           'scale_options']
+__all__ = ['Row', 'Run', 'parse_mixer_spec', 'plan_rows', 'plan_runs', 'plan_source',
+           'mixer_label', 'scale_options']
 
 
 def mixer_label(mixers) -> str:
@@ -121,6 +121,19 @@ def plan_runs(rows: list[Row], seeds: list[int], work_dir: Path) -> list[Run]:
     """Every row at every seed, seeds inner (so a row's seeds finish together)."""
     return [Run(row, seed, work_dir / 'runs' / row.row_id / f'seed{seed}')
             for row in rows for seed in seeds]
+
+
+def plan_source(config: str, spec: str, work_dir: Path, seed: int) -> Run:
+    """The transplant's source: ``config`` with the mixers of ``spec``, trained once at ``seed``
+    in ``work_dir/source/<id>/seed<S>``, its config ``work_dir/configs/<id>.py``, ``<id>`` =
+    ``source__<config stem>__<spec>``."""
+    stem, slug = Path(config).stem, spec_slug(spec)
+    mixers = parse_mixer_spec(spec, mixer_variants(),
+                              load_config(config).model.backbone.get('num_stages', 4))
+    path = work_dir / 'configs' / f'source__{stem}__{slug}.py'
+    write_once(path, derived_config_text(config, mixers))
+    row = Row(f'source__{stem}__{slug}', config, str(path), f'{spec} (source)')
+    return Run(row, seed, work_dir / 'source' / row.row_id / f'seed{seed}')
 
 
 def scale_options(cfg: Config, scale: float) -> list[str]:

@@ -20,6 +20,19 @@ runs on the first seed of every row (``--spectrum-images`` test images), which a
 measured soft-shrink sparsity to the table and, when rows differ in ``sparsity_threshold``, the
 sparsity-sweep plot.
 
+Seed noise: each row's headline mIoU minus ESA's at the same seed number, with a 95% paired t
+interval and a verdict ("above ESA", "below ESA", "within seed noise") in the table. A row without
+runs in this study may take its per-seed mIoU from an earlier ``study.csv`` (``--earlier-csv``).
+
+Transplant (``--transplant-from SOURCE``): every training starts from one trained model with each
+row's mixers put in its place (``load_from``; the mixers' tensors the checkpoint lacks start as
+initialised), the same short fine-tune (``--cfg-options``) for every row; ESA fine-tuned alike is
+the control. SOURCE is a checkpoint (on a GPU: a published SegFormer converted by
+``tools/model_converters/segformer2afno_seg.py``, with its ``configs/published/`` config) or a
+mixer spec: the config with those mixers is trained first (``WORK_DIR/source/``, at
+``--source-seed``, default the first seed, ``--source-cfg-options`` added to ``--cfg-options``:
+its longer schedule), once, resumable too.
+
 Mixer specs (``--mixers``): catalogue names (``afno``, ``gfn``, ... or ``all``), one name per
 stage joined by ``+`` (``afno+afno+esa+esa``: the hybrid), settings after ``:``
 (``afno:sparsity_threshold=0.1``); ``--mixer`` is the same option, as in the other tools. Configs
@@ -39,6 +52,16 @@ Examples::
         afno+afno+esa+esa --seeds 0 1 --work-dir work_dirs/study_demo \
         --cfg-options train_cfg.max_iters=200 param_scheduler.1.end=200 \
         --eval-scales 1 0.5 2 --cost-config configs/segformer_esa_b3_cityscapes.py
+    # transplant at demo scale: ESA trained 160 iterations, every row fine-tuned 40 from it
+    python tools/analysis/mixer_study.py configs/demo/segformer_afno_demo.py --mixers all \
+        --seeds 0 1 --work-dir work_dirs/transplant_demo --transplant-from esa --no-costs \
+        --cfg-options train_cfg.max_iters=40 param_scheduler.1.end=40 \
+        --source-cfg-options train_cfg.max_iters=160 param_scheduler.1.end=160
+    # transplant into the published SegFormer-B3 (converted), its 16k fine-tune, 8 GPUs per run
+    python tools/analysis/mixer_study.py \
+        configs/published/segformer_afno_b3_cityscapes_from_segformer.py --mixers all \
+        --seeds 0 1 --work-dir work_dirs/transplant_b3 --gpus 8 \
+        --transplant-from data/pretrained/segformer-b3-cityscapes.pth
 """
 import argparse
 import json
@@ -93,8 +116,18 @@ def parse_args(argv=None) -> argparse.Namespace:
                         'training is finished; train nothing')
     parser.add_argument('--table-only', action='store_true', help='write the table from what is '
                         'there, run nothing')
+    parser.add_argument('--transplant-from', metavar='SOURCE', help='start every training from '
+                        'this checkpoint, or from the config with the mixers of this spec trained '
+                        'first (the transplant study)')
+    parser.add_argument('--source-seed', type=int, metavar='S', help='seed of a --transplant-from '
+                        'spec\'s training (default: the first of --seeds; give it when a later '
+                        'invocation adds seeds)')
+    parser.add_argument('--source-cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
+                        help='added to --cfg-options for the training of a --transplant-from spec')
+    parser.add_argument('--earlier-csv', metavar='CSV', help='study.csv of an earlier run of the '
+                        'same command: per-seed mIoU of rows that have no runs here (marked)')
     args = parser.parse_args(argv)
-    for option in args.cfg_options:
+    for option in args.cfg_options + args.source_cfg_options:
         if '=' not in option:
             parser.error(f'--cfg-options takes KEY=VALUE, got {option!r}')
     return args
@@ -119,6 +152,26 @@ def study_config(config: str, work_dir: Path) -> str:
     return str(base)
 
 
+def transplant_source(args, configs: list[str], options):
+    """The source Run of ``--transplant-from SPEC`` (None for a checkpoint, which becomes
+    ``options.load_from``)."""
+    from afno_seg.experiments.study_plan import plan_source
+    source = args.transplant_from
+    if not source:
+        return None
+    if Path(source).suffix in ('.pth', '.safetensors') or Path(source).is_file():
+        if not Path(source).is_file():
+            raise UserError(f'--transplant-from {source}: no such checkpoint; give an existing '
+                            'file or a mixer spec (e.g. esa) to train the source first')
+        options.load_from = str(Path(source).resolve())
+        return None
+    if len(configs) != 1:
+        raise UserError(f'--transplant-from {source}: a source spec needs exactly one config, '
+                        f'got {len(configs)}')
+    seed = args.seeds[0] if args.source_seed is None else args.source_seed
+    return plan_source(configs[0], source, options.work_dir, seed)
+
+
 def benchmark(rows, options, bench_args: str) -> None:
     """One ``benchmark_model.py`` run over the rows not yet measured together."""
     from afno_seg.experiments.study import cost_files, pending_benchmark, run_logged
@@ -136,7 +189,13 @@ def benchmark(rows, options, bench_args: str) -> None:
 def main(argv=None) -> None:
     from afno_seg.deployment.startup import quiet_known_warnings
     quiet_known_warnings()  # mmengine's Config.fromfile imports pkg_resources for mmseg:: bases
-    from afno_seg.experiments.study import StudyOptions, run_study, slurm_commands
+    from afno_seg.experiments.study import (
+        StudyOptions,
+        max_iters_of,
+        run_study,
+        slurm_commands,
+        source_options,
+    )
     from afno_seg.experiments.study_plan import plan_rows, plan_runs
     from afno_seg.experiments.study_table import write_study_outputs
     from afno_seg.mixers import mixer_variants
@@ -153,12 +212,18 @@ def main(argv=None) -> None:
         benchmark=not args.no_benchmark, spectrum=args.spectrum,
         spectrum_images=args.spectrum_images, partition=args.partition,
         runs=not args.costs_only, bench_max_params_m=args.bench_max_params,
-        train=not args.no_train)
+        train=not args.no_train, source_cfg_options=args.source_cfg_options,
+        earlier_csv=args.earlier_csv)
     options.work_dir.mkdir(parents=True, exist_ok=True)
     configs = [study_config(config, options.work_dir) for config in configs]
     rows = plan_rows(configs, specs, options.work_dir, args.cost_config)
     runs = plan_runs(rows, args.seeds, options.work_dir)
+    source = transplant_source(args, configs, options)
     if args.print_slurm:
+        if source is not None:  # first the source, then the rows from its final checkpoint
+            own = source_options(options)
+            print(slurm_commands([source], own)[0] + '\n# when it has finished:')
+            options.load_from = str(source.train_dir / f'iter_{max_iters_of(source, own)}.pth')
         print('\n'.join(slurm_commands(runs, options)))
         return
     command = shlex.join(['python', 'tools/analysis/mixer_study.py',
@@ -167,14 +232,14 @@ def main(argv=None) -> None:
           flush=True)
     failed = 0
     if not args.table_only:
-        counts = run_study(rows, runs, options)
+        counts = run_study(rows, runs, options, source)
         print(f"trained {counts['trained']}, evaluated {counts['evaluated']}, skipped "
               f"{counts['skipped']} finished runs", flush=True)
         if counts.get('failed'):
             failed = counts['failed']
         if options.costs and options.benchmark:
             benchmark(rows, options, args.bench_args)
-    for path in write_study_outputs(rows, runs, options, command):
+    for path in write_study_outputs(rows, runs, options, command, source):
         print(f'wrote {path}')
     print((options.work_dir / 'study.md').read_text())
     if not args.table_only and failed:
