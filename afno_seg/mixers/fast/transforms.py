@@ -11,7 +11,8 @@ each). GFN's filter and FNet (:func:`fnet_fast`) are traced: inductor fuses thei
 Adjoint-gradient transforms (:func:`tokens_to_spectrum`, :func:`spectrum_to_grid`): for
 ``Z = rfft2(X)`` the gradient is ``irfft2(w * dZ)``, for ``Y = irfft2(Z)`` it is ``rfft2(dY) / w``
 (:func:`hermitian_column_weight`), layout copies one 2-D transpose per image
-(:func:`transposed_copy`). GFN's filter with a written-out backward (:func:`gfn_fast`).
+(:func:`transposed_copy`). GFN's filter and the dynamic filter's with a written-out backward
+(:func:`gfn_fast`, :func:`dff_fast`).
 """
 from dataclasses import astuple
 
@@ -22,7 +23,7 @@ from torch.library import custom_op
 
 from ..spectral import SpectralBand
 
-__all__ = ['fnet_fast', 'fno_fast', 'gfn_fast', 'hermitian_column_weight',
+__all__ = ['dff_fast', 'fnet_fast', 'fno_fast', 'gfn_fast', 'hermitian_column_weight',
            'irfft2_to_tokens', 'rfft2_of_tokens', 'spectrum_to_grid', 'tokens_to_spectrum',
            'transposed_copy']
 
@@ -94,8 +95,10 @@ spectrum_to_grid.register_autograd(
 
 
 class _SpectralFilter(torch.autograd.Function):
-    """``irfft2(rfft2(X) * K)``; with ``G = rfft2(dY)``: ``dX = irfft2(G conj(K))`` (the column
-    weights of the two adjoints cancel), ``dK = sum_b G conj(Z) / w``. Compiled no slower."""
+    """``irfft2(rfft2(X) * K)``, ``K`` one filter ``(C, H, W//2+1)`` (GFN) or one per image
+    ``(B, C, H, W//2+1)`` (the dynamic filter); with ``G = rfft2(dY)``: ``dX = irfft2(G
+    conj(K))`` (the column weights of the two adjoints cancel), ``dK = G conj(Z) / w``, summed
+    over the images for a shared ``K``. Compiled no slower."""
 
     @staticmethod
     def forward(ctx, x: Tensor, kernel: Tensor, hw_shape: tuple[int, int]) -> Tensor:
@@ -111,7 +114,10 @@ class _SpectralFilter(torch.autograd.Function):
         grad = rfft2_of_tokens(grad_out, ctx.hw_shape)
         grad_kernel = grad_x = None
         if ctx.needs_input_grad[1]:
-            grad_kernel = (grad * spectrum.conj()).sum(0).div_(_column_weight(ctx, grad))
+            grad_kernel = grad * spectrum.conj()
+            if kernel.dim() < grad.dim():
+                grad_kernel = grad_kernel.sum(0)
+            grad_kernel = grad_kernel.div_(_column_weight(ctx, grad))
         if ctx.needs_input_grad[0]:
             grad_x = irfft2_to_tokens(grad.mul_(kernel.conj()), ctx.hw_shape)
         return grad_x, grad_kernel, None
@@ -120,6 +126,13 @@ class _SpectralFilter(torch.autograd.Function):
 def gfn_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
     """GFN's ``irfft2(rfft2(x) * kernel)`` with its written-out backward."""
     return _SpectralFilter.apply(x, mixer.kernel(hw_shape, x.dtype), tuple(hw_shape))
+
+
+def dff_fast(mixer, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+    """The dynamic filter's formula with :class:`_SpectralFilter` for the transforms and its
+    per-image product (:class:`afno_seg.mixers.dff.DynamicFilterMixer`)."""
+    return mixer.project(_SpectralFilter.apply(mixer.expand(x), mixer.routed_filter(x, hw_shape),
+                                               tuple(hw_shape)))
 
 
 def _mode_matrix(spectrum: Tensor, band: SpectralBand) -> Tensor:
