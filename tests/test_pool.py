@@ -51,6 +51,23 @@ def test_equals_window_sum_and_released_formula(hw_shape, pool_size):
                                rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize('hw_shape,pool_size', CASES,
+                         ids=[f'{g[0]}x{g[1]}-k{k}' for g, k in CASES])
+def test_compiled_form_is_the_same_average(hw_shape, pool_size, monkeypatch):
+    """Under torch.compile the mixer takes its shifted-sum form: the same output and gradient."""
+    mixer = PoolingMixer(EMBED_DIMS, pool_size=pool_size)
+    x = tokens(hw_shape).requires_grad_()
+    grad = tokens(hw_shape, seed=1)
+    out = mixer(x, hw_shape)
+    expected = (out, *torch.autograd.grad(out, x, grad))
+    monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: True)
+    out = mixer(x, hw_shape)
+    torch.testing.assert_close(out, window_sum_reference(x.detach(), hw_shape, pool_size),
+                               rtol=1e-12, atol=1e-12)
+    for actual, reference in zip((out, *torch.autograd.grad(out, x, grad)), expected):
+        torch.testing.assert_close(actual, reference, rtol=1e-12, atol=1e-12)
+
+
 def test_one_line_variants_differ_from_the_reference():
     """What the equality above rules out: counting the zero padding in the border average, and
     returning the average without ``- x``."""

@@ -4,6 +4,7 @@ References:
     Yu, Luo, Zhou, Si, Zhou, Wang, Feng, Yan. "MetaFormer Is Actually What You Need for Vision."
     CVPR 2022. arXiv:2111.11418 (released code: sail-sg/poolformer, ``Pooling``).
 """
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -55,12 +56,29 @@ class PoolingMixer(TokenMixer):
 
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         height, width = self.check_tokens(x, hw_shape)
+        if torch.compiler.is_compiling():
+            return self.window_sums(x, (height, width))
         # A channels-last view (permute keeps every stride, batch 1 included: CPU kernels
         # then take their channels-last paths).
         grid = x.unflatten(1, (height, width)).permute(0, 3, 1, 2)
         pooled = F.avg_pool2d(grid, self.pool_size, stride=1, padding=self.pool_size // 2,
                               count_include_pad=False)
         return (pooled - grid).permute(0, 2, 3, 1).flatten(1, 2)
+
+    def window_sums(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        """The same average as ``k`` shifted sums along H, then along W, over the number of
+        valid tokens: inductor fuses these into one loop (its ``avg_pool2d`` backward ran slower
+        than eager's channels-last kernel), so a compiled model takes this form."""
+        (height, width), radius = hw_shape, self.pool_size // 2
+        grid = x.unflatten(1, (height, width))
+        padded = F.pad(grid, (0, 0, radius, radius, radius, radius))
+        rows = sum(padded[:, i:i + height] for i in range(self.pool_size))
+        window = sum(rows[:, :, j:j + width] for j in range(self.pool_size))
+        counts = [(torch.arange(size, device=x.device) + radius).clamp(max=size - 1)
+                  - (torch.arange(size, device=x.device) - radius).clamp(min=0) + 1
+                  for size in (height, width)]
+        valid = (counts[0][:, None] * counts[1][None, :]).to(x.dtype).unsqueeze(-1)
+        return (window / valid - grid).flatten(1, 2)
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
         """``{'pool': k^2 C H W}`` (see the class docstring)."""
