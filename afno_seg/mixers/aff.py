@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..registry import register_model
-from .afno import split
+from .afno import block_mlp, split
 from .base import TokenMixer, Variant
 from .export import aff_matmul, aff_op
 from .fast import aff_fast
@@ -98,14 +98,8 @@ class AFFMixer(TokenMixer):
 
     def mask(self, modes: Tensor) -> Tensor:
         """The mask ``m`` of complex channels-first modes ``(B, C, ...)``, the same shape."""
-        batch, channels, *grid = modes.shape
-        real = modes.real.dtype
-        w1, b1, w2, b2 = (torch.complex(*p.to(real)) for p in self.weights())
-        z = modes.reshape(batch, self.num_blocks, self.block_size, -1).mT  # (B, k, M, d)
-        hidden = split(ACTIVATIONS[self.act], z @ w1 + b1.unsqueeze(1))
-        out = split(lambda t: F.softshrink(t, self.sparsity_threshold),
-                    hidden @ w2 + b2.unsqueeze(1))
-        return out.mT.reshape(batch, channels, *grid)
+        return block_mlp(modes, self.weights(), ACTIVATIONS[self.act], lambda z: split(
+            lambda t: F.softshrink(t, self.sparsity_threshold), z))
 
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
         self.check_tokens(x, hw_shape)

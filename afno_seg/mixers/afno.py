@@ -15,7 +15,7 @@ from .fast import afno_fast
 from .forms import select
 from .spectral import SpectralBand, irfft2, rfft2, rfft2_flops, run_in_fp32
 
-__all__ = ['AFNOMixer']
+__all__ = ['AFNOMixer', 'block_mlp']
 
 SHRINK_MODES = ('split', 'magnitude')
 
@@ -23,6 +23,17 @@ SHRINK_MODES = ('split', 'magnitude')
 def split(fn, z: Tensor) -> Tensor:
     """``fn`` applied to the real and the imaginary parts of complex ``z`` separately."""
     return torch.view_as_complex(fn(torch.view_as_real(z)).contiguous())
+
+
+def block_mlp(modes: Tensor, weights, activation, shrink) -> Tensor:
+    """``shrink(act(z W1 + b1) W2 + b2)`` per block ``z`` of complex channels-first modes
+    ``(B, C, ...)``, ``act`` on re and im apart; ``weights`` ``(w1, b1, w2, b2)`` in the released
+    layout (``w1 (2, k, d, f d)``): AFNO's output, AFF's mask."""
+    batch, channels, *grid = modes.shape
+    w1, b1, w2, b2 = (torch.complex(*p.to(modes.real.dtype)) for p in weights)
+    z = modes.reshape(batch, w1.shape[0], w1.shape[1], -1).mT  # (B, k, M, d)
+    hidden = split(activation, z @ w1 + b1.unsqueeze(1))
+    return shrink(hidden @ w2 + b2.unsqueeze(1)).mT.reshape(batch, channels, *grid)
 
 
 @register_model
@@ -108,13 +119,7 @@ class AFNOMixer(TokenMixer):
 
     def mode_mlp(self, modes: Tensor) -> Tensor:
         """The block MLP and shrink on complex channels-first modes ``(B, C, ...)``."""
-        batch, channels, *grid = modes.shape
-        real = modes.real.dtype
-        w1, b1, w2, b2 = (torch.complex(*p.to(real)) for p in self.weights())
-        z = modes.reshape(batch, self.num_blocks, self.block_size, -1).mT  # (B, k, M, d)
-        o1 = split(F.relu, z @ w1 + b1.unsqueeze(1))
-        o2 = self.soft_shrink(o1 @ w2 + b2.unsqueeze(1))
-        return o2.mT.reshape(batch, channels, *grid)
+        return block_mlp(modes, self.weights(), F.relu, self.soft_shrink)
 
     def soft_shrink(self, z: Tensor) -> Tensor:
         """``S_lambda``: on re and im ('split'), or ``max(|z| - lambda, 0) z / |z|``."""
