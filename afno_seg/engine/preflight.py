@@ -282,14 +282,20 @@ def check_checkpoint(filename: str | None, role: str, training: bool = False) ->
                               f'weights, run without --resume with load_from={path}')
 
 
+def _named_by_last_checkpoint(work_dir: str) -> str:
+    """What ``work_dir/last_checkpoint`` names ('' without one)."""
+    last = Path(work_dir, 'last_checkpoint')
+    return last.read_text().strip() if last.is_file() else ''
+
+
 def claim_work_dir(cfg: Config, overwrite: bool) -> None:
     """Refuse (:class:`.UserError`) a ``cfg.work_dir`` holding a run unless ``cfg.resume`` (off if
     nothing to resume); with ``overwrite`` move its files to ``work_dir/overwritten_<time>/``."""
-    work_dir, last = cfg.work_dir, Path(cfg.work_dir, 'last_checkpoint')
+    work_dir = cfg.work_dir
     names = os.listdir(work_dir) if osp.isdir(work_dir) else []
-    checkpoint = osp.basename(last.read_text().strip()) if last.is_file() else ''
-    checkpoint = checkpoint or max((n for n in names if CHECKPOINT_RE.fullmatch(n)), default='',
-                                   key=lambda n: int(CHECKPOINT_RE.fullmatch(n)[2]))
+    checkpoint = osp.basename(_named_by_last_checkpoint(work_dir)) or max(
+        (n for n in names if CHECKPOINT_RE.fullmatch(n)), default='',
+        key=lambda n: int(CHECKPOINT_RE.fullmatch(n)[2]))
     match = CHECKPOINT_RE.fullmatch(checkpoint)  # the run in words: checkpoint, step, config
     where = f'{"iteration" if match[1] == "iter" else "epoch"} {match[2]}, ' if match else ''
     configs = ', '.join(n for n in sorted(names) if n.endswith('.py')) or 'not saved'
@@ -317,8 +323,7 @@ def claim_work_dir(cfg: Config, overwrite: bool) -> None:
 
 def finished_run(cfg: Config) -> str | None:
     """The checkpoint ``cfg.resume`` would resume if its name says the schedule is done."""
-    last = Path(cfg.work_dir, 'last_checkpoint')
-    checkpoint = cfg.get('load_from') or (last.read_text().strip() if last.is_file() else '')
+    checkpoint = cfg.get('load_from') or _named_by_last_checkpoint(cfg.work_dir)
     match = CHECKPOINT_RE.fullmatch(osp.basename(checkpoint))
     end = match and (cfg.get('train_cfg') or {}).get(f'max_{match[1]}s')  # max_iters, max_epochs
     return checkpoint if isinstance(end, int) and int(match[2]) >= end else None
