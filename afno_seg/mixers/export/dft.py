@@ -39,6 +39,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import _disable_current_modes
 
 __all__ = ['FACTORED_FROM', 'Stacked', 'axis_factor', 'filter_modes', 'from_blocks',
+           'multiply_planes',
            'hermitian_weight', 'irfft2_grid', 'phase', 'rfft2_grid', 'split_factor', 'to_blocks',
            'use_factored']
 
@@ -315,18 +316,27 @@ def from_blocks(blocks: Tensor, like: Stacked) -> Stacked:
 def filter_modes(spectrum: Stacked, kernel: Tensor) -> Stacked:
     """The complex product with ``kernel (C, H, W // 2 + 1)`` (GFN's filter, natural order),
     element-wise in the spectrum's layout."""
-    kernel = torch.stack([kernel.real, kernel.imag]).permute(0, 2, 3, 1)  # (part, H, cols, C)
+    planes = torch.stack([kernel.real, kernel.imag]).permute(0, 2, 3, 1)  # (part, H, cols, C)
+    return multiply_planes(spectrum, planes)
+
+
+def multiply_planes(spectrum: Stacked, planes: Tensor) -> Stacked:
+    """The complex product with a filter given as real planes ``(part, H, W // 2 + 1, C)``, or
+    ``(B, part, H, W // 2 + 1, C)`` with one filter per image (the dynamic filter), in natural
+    order: reordered into the spectrum's layout, then multiplied element-wise."""
     if spectrum.w_factor is not None:  # columns k = k1 + n1 k2 at [k1, k2], zeros past cols
         n1 = spectrum.w_factor[0]
         stored = spectrum.data.shape[-2]
-        kernel = torch.nn.functional.pad(kernel, (0, 0, 0, stored - kernel.shape[2]))
-        kernel = kernel.unflatten(2, (stored // n1, n1)).transpose(2, 3).flatten(2, 3)
+        planes = torch.nn.functional.pad(planes, (0, 0, 0, stored - planes.shape[-2]))
+        planes = planes.unflatten(-2, (stored // n1, n1)).transpose(-3, -2).flatten(-3, -2)
     if spectrum.factor is not None:  # rows k = k1 + n1 k2 at [k1, part, k2]
         n1, n2 = spectrum.factor
-        kernel = kernel.unflatten(1, (n2, n1)).permute(2, 0, 1, 3, 4)
-    real, imag = kernel.unbind(spectrum.part_axis - 1)
-    axis = spectrum.part_axis - 1
-    times_real = torch.stack([real, imag], dim=axis)  # what z_r is multiplied by, per part
-    times_imag = torch.stack([-imag, real], dim=axis)
-    z_real, z_imag = spectrum.data.chunk(2, dim=spectrum.part_axis)
-    return Stacked(z_real * times_real + z_imag * times_imag, spectrum.factor, spectrum.w_factor)
+        lead = planes.dim() - 4  # 1 with a batch axis
+        planes = planes.unflatten(lead + 1, (n2, n1)).permute(
+            *range(lead), lead + 2, lead, lead + 1, lead + 3, lead + 4)
+    part = spectrum.part_axis
+    kernel_real, kernel_imag = planes.chunk(2, dim=part - spectrum.data.dim())
+    z_real, z_imag = spectrum.data.chunk(2, dim=part)
+    product = torch.cat([z_real * kernel_real - z_imag * kernel_imag,
+                         z_real * kernel_imag + z_imag * kernel_real], dim=part)
+    return Stacked(product, spectrum.factor, spectrum.w_factor)
