@@ -168,8 +168,10 @@ def test_two_torchrun_processes_write_the_labels_of_one_and_a_dead_rank_is_finis
     summary = json.loads((tmp_path / 'two' / 'summary.json').read_text())
     assert summary['world_size'] == 2 and summary['num_done'] == 38
     # Rank 1 SIGKILLs itself at its 4th image: torchrun stops rank 0, which names what is left.
+    # Slowed writes keep rank 0 busy with its 20 (40 PNGs against rank 1's 8) even when rank 1
+    # starts seconds late on a loaded machine: had rank 0 finished first, nothing would stop it.
     dead = dist_inference(config, checkpoint, folder, tmp_path / 'dead', seams,
-                          AFNO_TEST_KILL='1@4')
+                          AFNO_TEST_KILL='1@4', AFNO_TEST_WRITE_DELAY='0.5')
     assert dead.returncode != 0
     summary = json.loads((tmp_path / 'dead' / 'summary.json').read_text())
     left = [e for e in summary['inputs'] if e['status'] == 'not done']

@@ -108,15 +108,21 @@ def test_equals_the_written_out_formula(args, activation, hw_shape):
 
 
 def test_float32_matches_mmseg_within_1e5():
-    """float32, relative L2 error (the float64 tests above hold the identity to 1e-10)."""
+    """float32, relative L2 error of the output, the input gradient and every parameter gradient
+    (the float64 tests above hold the identity to 1e-10)."""
     reference = released().float()
     mixer = MSCAMixer(EMBED_DIMS).float()
     mixer.load_state_dict(reference.state_dict())
     hw_shape = (9, 14)
-    x = tokens(hw_shape, dtype=torch.float32)
-    with torch.no_grad():
-        expected = reference(to_grid(x, hw_shape)).flatten(2).transpose(1, 2)
-        assert relative_error(mixer(x, hw_shape), expected) < 1e-5
+    x = tokens(hw_shape, dtype=torch.float32).requires_grad_()
+    grad = tokens(hw_shape, seed=1, dtype=torch.float32)
+    out = mixer(x, hw_shape)
+    expected = reference(to_grid(x, hw_shape)).flatten(2).transpose(1, 2)
+    assert relative_error(out, expected) < 1e-5
+    got = torch.autograd.grad(out, [x, *mixer.parameters()], grad)
+    want = torch.autograd.grad(expected, [x, *reference.parameters()], grad)
+    for g, w in zip(got, want):
+        assert relative_error(g, w) < 1e-5
 
 
 def test_flops_count_every_kernel_tap():
@@ -128,8 +134,8 @@ def test_flops_count_every_kernel_tap():
 
 
 @pytest.mark.parametrize('args,message', [
-    (dict(attention_kernel_sizes=(5, (1, 7), (1, 11))), 'must have 4 entries'),
-    (dict(attention_kernel_paddings=(2, (0, 3), (0, 5))), 'must have 4 entries'),
+    (dict(attention_kernel_sizes=(5, (1, 7), (1, 11))), 'need 4 entries'),
+    (dict(attention_kernel_paddings=(2, (0, 3), (0, 5))), 'need 4 entries'),
     (dict(attention_kernel_sizes=(4, (1, 7), (1, 11), (1, 21))),
      r'attention_kernel_paddings\[0\] .* got size 4 and padding 2'),
     (dict(attention_kernel_paddings=(2, (0, 3), (0, 4), (0, 10))),

@@ -8,17 +8,16 @@ References:
 import math
 
 import torch
+from mmengine.utils import to_2tuple
 from mmseg.models.backbones.mscan import MSCASpatialAttention
 from torch import Tensor
 
 from ..registry import register_model
 from .base import TokenMixer, Variant
+from .fast.msca import msca_fast
+from .forms import select
 
 __all__ = ['MSCAMixer']
-
-
-def as_pair(size) -> tuple[int, int]:
-    return tuple(size) if isinstance(size, (tuple, list)) else (size, size)
 
 
 @register_model
@@ -34,11 +33,11 @@ class MSCAMixer(TokenMixer):
         \mathrm{out} = W_2 (A \odot a) + b_2 + X
 
     (``spatial_gating_unit.conv3``, ``proj_2``), zero padding ``k // 2`` so any grid keeps its
-    size, smaller than the kernels included. The submodules ARE mmseg's (``proj_1``,
-    ``activation``, ``spatial_gating_unit``, ``proj_2``), registered under their own names so
-    its state dict loads unmapped, and mmseg's forward runs on them; its internal residual
-    ``+ X`` is kept (as AFNO keeps its own). The encoder layer's LayerNorm stands where
-    SegNeXt's block has BatchNorm and layer scale.
+    size, smaller than the kernels included. The submodules ARE mmseg's, under their own names
+    (its state dict loads unmapped); mmseg's forward on them is the formula, the ``fast`` form
+    (:mod:`.fast.msca`) the same arithmetic on the tokens with a cheaper backward. The internal
+    residual ``+ X`` is kept; the encoder layer's LayerNorm stands for SegNeXt's BatchNorm and
+    layer scale.
 
     Shapes: ``(B, H*W, C) -> (B, H*W, C)`` through a ``(B, C, H, W)`` view of the tokens.
     Cost (:meth:`flops`), :math:`N = HW`: ``depthwise`` :math:`2 T C N` with :math:`T` the
@@ -62,6 +61,7 @@ class MSCAMixer(TokenMixer):
         attention_kernel_sizes=(3, (1, 5), (1, 7), (1, 9)),
         attention_kernel_paddings=(1, (0, 2), (0, 3), (0, 4)), act_cfg=dict(type='ReLU'))}
     flop_terms = ('depthwise', 'pointwise')
+    forms = {'fast': msca_fast}
 
     def __init__(self,
                  embed_dims: int,
@@ -72,36 +72,33 @@ class MSCAMixer(TokenMixer):
         super().__init__(embed_dims, init_cfg=init_cfg)
         sizes, paddings = list(attention_kernel_sizes), list(attention_kernel_paddings)
         if len(sizes) != 4 or len(paddings) != 4:
-            raise ValueError('attention_kernel_sizes and attention_kernel_paddings must have 4 '
-                             f'entries each (a square kernel, 3 strips), got {sizes} and '
-                             f'{paddings}')
+            raise ValueError('attention_kernel_sizes and attention_kernel_paddings need 4 entries '
+                             f'each (a square kernel, 3 strips), got {sizes} and {paddings}')
         for index, (size, padding) in enumerate(zip(sizes, paddings)):
-            pairs = zip(as_pair(size), as_pair(padding))
+            pairs = zip(to_2tuple(size), to_2tuple(padding))
             if any(k % 2 == 0 or 2 * p != k - 1 for k, p in pairs):
                 raise ValueError(f'attention_kernel_paddings[{index}] must be half of odd '
                                  f'attention_kernel_sizes[{index}] (the grid keeps its size), '
                                  f'got size {size} and padding {padding}')
-        # Sizes counted once, as (kh, kw) pairs, for flops().
-        self.kernel_taps = math.prod(as_pair(sizes[0])) + 2 * sum(
-            math.prod(as_pair(size)) for size in sizes[1:])
+        self.kernel_taps = math.prod(to_2tuple(sizes[0])) + 2 * sum(
+            math.prod(to_2tuple(size)) for size in sizes[1:])
         attention = MSCASpatialAttention(embed_dims, sizes, paddings, act_cfg)
         for name, module in attention.named_children():
             self.add_module(name, module)
 
     def forward(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
-        height, width = self.check_tokens(x, hw_shape)
-        # Eager: a channels-last view, no copy (what MSCAN's own block hands the module). Under
-        # torch.compile a contiguous copy: inductor (torch 2.14) fails on the view once the
-        # shapes turn dynamic (a second grid or width, e.g. the next stage).
-        grid = x.unflatten(1, (height, width)).permute(0, 3, 1, 2)
+        self.check_tokens(x, hw_shape)
+        return select(self)(x, tuple(hw_shape))
+
+    def formula(self, x: Tensor, hw_shape: tuple[int, int]) -> Tensor:
+        # A channels-last view, as MSCAN's own block hands the module; compiled, a copy: inductor
+        # (torch 2.14) failed on the view once shapes turned dynamic (e.g. the next stage).
+        grid = x.unflatten(1, hw_shape).permute(0, 3, 1, 2)
         if torch.compiler.is_compiling():
             grid = grid.contiguous()
-        # mmseg's forward on mmseg's submodules, held under their own names by this module.
-        out = MSCASpatialAttention.forward(self, grid)
-        return out.flatten(2).transpose(1, 2)
+        return MSCASpatialAttention.forward(self, grid).flatten(2).transpose(1, 2)  # mmseg's
 
     def flops(self, hw_shape: tuple[int, int]) -> dict[str, float]:
-        """``{'depthwise': 2 T C N, 'pointwise': 6 C^2 N}`` (see the class docstring)."""
         tokens, channels = hw_shape[0] * hw_shape[1], self.embed_dims
         return {'depthwise': 2.0 * self.kernel_taps * channels * tokens,
                 'pointwise': 6.0 * channels ** 2 * tokens}
