@@ -111,8 +111,7 @@ class LongShortAttentionMixer(TokenMixer):
         with torch.autocast(x.device.type, enabled=False):
             logits = F.linear(x.to(dtype), self.dynamic_proj.weight.to(dtype))
             # Softmax over the tokens: (B, N, heads, r) -> P^T as (B, heads, r, N).
-            weights = logits.view(batch, tokens, self.num_heads, -1).softmax(dim=1)
-            weights = weights.permute(0, 2, 3, 1)
+            weights = logits.view(batch, tokens, self.num_heads, -1).softmax(1).permute(0, 2, 3, 1)
             long_key = self.norm_long_key(weights @ key.to(dtype))
             long_value = self.norm_long_value(weights @ value.to(dtype))
         return long_key, long_value
