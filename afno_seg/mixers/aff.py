@@ -5,12 +5,11 @@ References:
     Mixers." ICCV 2023. arXiv:2307.14008. Released code: microsoft/TokenMixers (MIT),
     ``Adaptive Frequency Filters/affnet/modules/aff_block.py``, ``AFNO2D_channelfirst``.
 """
-import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..registry import register_model
-from .afno import block_mlp, split
+from .afno import add_block_mlp, block_mlp, split
 from .base import TokenMixer, Variant
 from .export import aff_matmul, aff_op
 from .fast import aff_fast
@@ -72,25 +71,10 @@ class AFFMixer(TokenMixer):
                  sparsity_threshold: float = 0.01, act: str = 'relu',
                  init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
-        if num_blocks < 1 or embed_dims % num_blocks:
-            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_blocks '
-                             f'({num_blocks})')
-        if hidden_size_factor < 1:
-            raise ValueError(f'hidden_size_factor must be >= 1, got {hidden_size_factor}')
-        if not sparsity_threshold >= 0:
-            raise ValueError(f'sparsity_threshold must be >= 0, got {sparsity_threshold}')
+        add_block_mlp(self, embed_dims, num_blocks, hidden_size_factor, sparsity_threshold)
         if act not in ACTIVATIONS:
             raise ValueError(f'act must be one of {", ".join(ACTIVATIONS)}, got {act!r}')
-        self.num_blocks = num_blocks
-        self.block_size = embed_dims // num_blocks
-        self.hidden_size_factor = hidden_size_factor
-        self.sparsity_threshold = float(sparsity_threshold)
         self.act = act
-        hidden = self.block_size * hidden_size_factor
-        self.w1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, self.block_size, hidden))
-        self.b1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, hidden))
-        self.w2 = nn.Parameter(0.02 * torch.randn(2, num_blocks, hidden, self.block_size))
-        self.b2 = nn.Parameter(0.02 * torch.randn(2, num_blocks, self.block_size))
 
     def weights(self) -> tuple[Tensor, ...]:
         """``(w1, b1, w2, b2)`` in the released layout."""

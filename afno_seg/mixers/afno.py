@@ -15,7 +15,7 @@ from .fast import afno_fast
 from .forms import select
 from .spectral import SpectralBand, irfft2, rfft2, rfft2_flops, run_in_fp32
 
-__all__ = ['AFNOMixer', 'block_mlp']
+__all__ = ['AFNOMixer', 'add_block_mlp', 'block_mlp']
 
 SHRINK_MODES = ('split', 'magnitude')
 
@@ -34,6 +34,28 @@ def block_mlp(modes: Tensor, weights, activation, shrink) -> Tensor:
     z = modes.reshape(batch, w1.shape[0], w1.shape[1], -1).mT  # (B, k, M, d)
     hidden = split(activation, z @ w1 + b1.unsqueeze(1))
     return shrink(hidden @ w2 + b2.unsqueeze(1)).mT.reshape(batch, channels, *grid)
+
+
+def add_block_mlp(mixer: nn.Module, embed_dims: int, num_blocks: int, hidden_size_factor: int,
+                  sparsity_threshold: float) -> None:
+    """Check the block MLP's arguments and give ``mixer`` its ``num_blocks``, ``block_size``,
+    ``hidden_size_factor``, ``sparsity_threshold`` and parameters ``w1, b1, w2, b2`` in the
+    released layout (:func:`block_mlp`): AFNO's and AFF's."""
+    if num_blocks < 1 or embed_dims % num_blocks:
+        raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_blocks '
+                         f'({num_blocks})')
+    if hidden_size_factor < 1:
+        raise ValueError(f'hidden_size_factor must be >= 1, got {hidden_size_factor}')
+    if not sparsity_threshold >= 0:
+        raise ValueError(f'sparsity_threshold must be >= 0, got {sparsity_threshold}')
+    block = embed_dims // num_blocks
+    hidden = block * hidden_size_factor
+    mixer.num_blocks, mixer.block_size = num_blocks, block
+    mixer.hidden_size_factor = hidden_size_factor
+    mixer.sparsity_threshold = float(sparsity_threshold)
+    for name, shape in (('w1', (block, hidden)), ('b1', (hidden, )), ('w2', (hidden, block)),
+                        ('b2', (block, ))):  # this order: the random draws of a seed
+        mixer.register_parameter(name, nn.Parameter(0.02 * torch.randn(2, num_blocks, *shape)))
 
 
 @register_model
@@ -90,32 +112,18 @@ class AFNOMixer(TokenMixer):
                  sparsity_threshold: float = 0.01, hard_thresholding_fraction: float = 1.0,
                  shrink: str = 'split', init_cfg: dict | None = None) -> None:
         super().__init__(embed_dims, init_cfg=init_cfg)
-        if num_blocks < 1 or embed_dims % num_blocks:
-            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_blocks '
-                             f'({num_blocks})')
+        add_block_mlp(self, embed_dims, num_blocks, hidden_size_factor, sparsity_threshold)
         if not 0.0 < hard_thresholding_fraction <= 1.0:
             raise ValueError('hard_thresholding_fraction must be in (0, 1], got '
                              f'{hard_thresholding_fraction}')
         if shrink not in SHRINK_MODES:
             raise ValueError(f'shrink must be one of {SHRINK_MODES}, got {shrink!r}')
-        if hidden_size_factor < 1 or sparsity_threshold < 0:
-            raise ValueError('hidden_size_factor must be >= 1 and sparsity_threshold >= 0, got '
-                             f'{hidden_size_factor} and {sparsity_threshold}')
-        self.num_blocks = num_blocks
-        self.block_size = embed_dims // num_blocks
-        self.hidden_size_factor = hidden_size_factor
-        self.sparsity_threshold = float(sparsity_threshold)
         self.hard_thresholding_fraction = float(hard_thresholding_fraction)
         # The band is sized from this text, a constant to torch.compile: a float attribute that
         # differs between two compiled AFNO modules becomes a symbolic float, and inductor then
         # fails on the band's ceil() ("AssertionError: Source of ...", torch 2.14).
         self._fraction_text = repr(self.hard_thresholding_fraction)
         self.shrink = shrink
-        hidden = self.block_size * hidden_size_factor
-        self.w1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, self.block_size, hidden))
-        self.b1 = nn.Parameter(0.02 * torch.randn(2, num_blocks, hidden))
-        self.w2 = nn.Parameter(0.02 * torch.randn(2, num_blocks, hidden, self.block_size))
-        self.b2 = nn.Parameter(0.02 * torch.randn(2, num_blocks, self.block_size))
 
     def mode_mlp(self, modes: Tensor) -> Tensor:
         """The block MLP and shrink on complex channels-first modes ``(B, C, ...)``."""
